@@ -1,0 +1,69 @@
+// The rendezvous client: how a launcher (agent) talks to the rendezvous
+// service, and how a worker opens the round's store.
+//
+// RendezvousClient is an interface so that the launcher's elastic loop can
+// be tested with a fake (launcher/), and the gRPC implementation
+// (NewGrpcRendezvousClient) puts a deadline on every call, retries
+// UNAVAILABLE with exponential backoff and jitter, and reconnects after a
+// server restart. All methods are thread-safe.
+#ifndef CPPTORCHRUN_RENDEZVOUS_CLIENT_H_
+#define CPPTORCHRUN_RENDEZVOUS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/rendezvous.pb.h"
+#include "rendezvous/store.h"
+
+namespace cpptorchrun::rdzv {
+
+struct ClientOptions {
+  // host:port, [v6]:port; see rendezvous/endpoint.h for parsing.
+  std::string endpoint;
+  // Shared secret sent as "authorization: Bearer <token>"; empty: none.
+  std::string token;
+  // TLS with gRPC's SSL credentials when a root certificate file is given.
+  std::string tls_root_cert_file;
+  // Deadline of each single RPC (long polls add their own wait to it).
+  absl::Duration call_timeout = absl::Seconds(10);
+  // Retry of UNAVAILABLE: exponential backoff from initial to max, with
+  // jitter, until `retry_budget` has passed.
+  absl::Duration backoff_initial = absl::Milliseconds(50);
+  absl::Duration backoff_max = absl::Seconds(2);
+  absl::Duration retry_budget = absl::Seconds(60);
+};
+
+class RendezvousClient {
+ public:
+  virtual ~RendezvousClient() = default;
+
+  // Joins the run and waits (re-issuing the server's bounded long polls)
+  // until the round completes or the run's join_timeout passes. A spare
+  // keeps waiting until it is admitted. Errors: the server's status.
+  virtual absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) = 0;
+
+  virtual absl::StatusOr<v1::RunEvent> KeepAlive(const v1::KeepAliveRequest& request) = 0;
+
+  // Returns when the run's version passes `version` or after `timeout`.
+  virtual absl::StatusOr<v1::RunEvent> Watch(const std::string& run_id,
+                                             const std::string& node_id, int64_t round,
+                                             int64_t version, absl::Duration timeout) = 0;
+
+  virtual absl::Status Leave(const std::string& run_id, const std::string& node_id,
+                             const std::string& reason) = 0;
+  virtual absl::Status Close(const std::string& run_id, const std::string& reason) = 0;
+  virtual absl::StatusOr<v1::RunStatusResponse> RunStatus(const std::string& run_id) = 0;
+
+  // The store of (run_id, round), over the same connection.
+  virtual std::unique_ptr<Store> OpenStore(const std::string& run_id, int64_t round) = 0;
+};
+
+std::unique_ptr<RendezvousClient> NewGrpcRendezvousClient(const ClientOptions& options);
+
+}  // namespace cpptorchrun::rdzv
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_CLIENT_H_
