@@ -1,0 +1,146 @@
+// Tests of the in-memory Store's contract: waiting reads, counters,
+// compare-and-set, deletion and timeouts.
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "rendezvous/store.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+TEST(InMemoryStore, SetThenGetAnswersAtOnce) {
+  auto store = NewInMemoryStore();
+  ASSERT_TRUE(store->Set("k", "v").ok());
+  auto value = store->Get("k", absl::ZeroDuration());
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "v");
+}
+
+TEST(InMemoryStore, GetWaitsForALaterSetFromAnotherThread) {
+  auto store = NewInMemoryStore();
+  absl::Notification reader_started;
+  absl::StatusOr<std::string> got = absl::UnknownError("not run");
+  std::thread reader([&] {
+    reader_started.Notify();
+    got = store->Get("nccl_id", absl::Seconds(30));
+  });
+  reader_started.WaitForNotification();
+  ASSERT_TRUE(store->Set("nccl_id", "abc").ok());
+  reader.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "abc");
+}
+
+TEST(InMemoryStore, GetOfAbsentKeyWithZeroTimeoutIsNotFound) {
+  auto store = NewInMemoryStore();
+  auto value = store->Get("missing", absl::ZeroDuration());
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(value.status().message().find("missing"), std::string::npos);
+}
+
+TEST(InMemoryStore, GetTimesOutWithDeadlineExceeded) {
+  auto store = NewInMemoryStore();
+  auto value = store->Get("missing", absl::Milliseconds(20));
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(InMemoryStore, AddCountsFromZeroAndRejectsNonIntegers) {
+  auto store = NewInMemoryStore();
+  auto first = store->Add("counter", 3);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, 3);
+  auto second = store->Add("counter", -5);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(*second, -2);
+  EXPECT_EQ(*store->Get("counter", absl::ZeroDuration()), "-2");
+  ASSERT_TRUE(store->Set("text", "abc").ok());
+  EXPECT_EQ(store->Add("text", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(InMemoryStore, AddFromManyThreadsIsAtomic) {
+  auto store = NewInMemoryStore();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) ASSERT_TRUE(store->Add("n", 1).ok());
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(*store->Get("n", absl::ZeroDuration()), "800");
+}
+
+TEST(InMemoryStore, CompareSetWhenAbsent) {
+  auto store = NewInMemoryStore();
+  bool swapped = false;
+  auto value = store->CompareSet("k", std::nullopt, "first", &swapped);
+  ASSERT_TRUE(value.ok());
+  EXPECT_TRUE(swapped);
+  EXPECT_EQ(*value, "first");
+  value = store->CompareSet("k", std::nullopt, "second", &swapped);
+  ASSERT_TRUE(value.ok());
+  EXPECT_FALSE(swapped);
+  EXPECT_EQ(*value, "first");
+}
+
+TEST(InMemoryStore, CompareSetWhenPresent) {
+  auto store = NewInMemoryStore();
+  ASSERT_TRUE(store->Set("k", "a").ok());
+  bool swapped = true;
+  auto value = store->CompareSet("k", std::string("b"), "c", &swapped);
+  ASSERT_TRUE(value.ok());
+  EXPECT_FALSE(swapped);
+  EXPECT_EQ(*value, "a");
+  value = store->CompareSet("k", std::string("a"), "c", &swapped);
+  ASSERT_TRUE(value.ok());
+  EXPECT_TRUE(swapped);
+  EXPECT_EQ(*value, "c");
+  // Expecting a value of an absent key never swaps.
+  value = store->CompareSet("other", std::string("x"), "y", &swapped);
+  ASSERT_TRUE(value.ok());
+  EXPECT_FALSE(swapped);
+  EXPECT_EQ(store->Get("other", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(InMemoryStore, DeleteSaysWhetherTheKeyExisted) {
+  auto store = NewInMemoryStore();
+  ASSERT_TRUE(store->Set("k", "v").ok());
+  EXPECT_TRUE(*store->Delete("k"));
+  EXPECT_FALSE(*store->Delete("k"));
+  EXPECT_EQ(store->Get("k", absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(InMemoryStore, MultiGetWaitsForEveryKey) {
+  auto store = NewInMemoryStore();
+  ASSERT_TRUE(store->Set("a", "1").ok());
+  absl::Notification started;
+  absl::StatusOr<std::vector<std::string>> got = absl::UnknownError("not run");
+  std::thread reader([&] {
+    started.Notify();
+    got = store->MultiGet({"a", "b", "c"}, absl::Seconds(30));
+  });
+  started.WaitForNotification();
+  ASSERT_TRUE(store->Set("b", "2").ok());
+  ASSERT_TRUE(store->MultiSet({{"c", "3"}, {"d", "4"}}).ok());
+  reader.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (std::vector<std::string>{"1", "2", "3"}));
+}
+
+TEST(InMemoryStore, MultiGetTimesOutNamingAMissingKey) {
+  auto store = NewInMemoryStore();
+  ASSERT_TRUE(store->Set("a", "1").ok());
+  auto got = store->MultiGet({"a", "zz"}, absl::Milliseconds(20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(got.status().message().find("zz"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cpptorchrun::rdzv
