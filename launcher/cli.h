@@ -1,0 +1,134 @@
+// The command line: torchrun's flags (both spellings, PET_* environment
+// fallbacks, torchrun's defaults) and cpptorchrun's own, parsed and
+// validated into a LaunchConfig, or a StatusConfig for `cpptorchrun status`.
+//
+// Parsing is a pure function of (argv, environment): nothing is started and
+// nothing outside is read. Every bad value, unknown flag or impossible
+// combination yields InvalidArgument whose message is one line naming the
+// flag (or PET_* variable) and what is allowed; main prints it and exits 2.
+#ifndef CPPTORCHRUN_LAUNCHER_CLI_H_
+#define CPPTORCHRUN_LAUNCHER_CLI_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace cpptorchrun::launcher {
+
+inline constexpr char kVersion[] = "0.1.0";
+inline constexpr int kDefaultC10dPort = 29400;
+
+// A host and a port; `host` holds an IPv6 address without its brackets.
+struct HostPort {
+  std::string host;
+  int port = 0;
+  // host:port, with brackets around an IPv6 host.
+  std::string ToString() const;
+};
+
+// Parses host[:port], [v6]:port or [v6]; `default_port` fills a missing
+// port. Errors name `what` (the flag).
+absl::StatusOr<HostPort> ParseHostPort(const std::string& text, int default_port,
+                                       const std::string& what);
+
+enum class NprocKind { kCount, kGpu, kCpu, kAuto };
+
+// Which of a worker's streams go to files: torchrun's Std values.
+enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
+
+// --redirects / --tee: one mask for every local rank, or per local rank
+// ("0:1,1:2"; ranks not named get kStdNone).
+struct StdSpec {
+  int all = kStdNone;
+  std::map<int, int> per_rank;
+  bool per_rank_form = false;
+  int ForLocalRank(int local_rank) const;
+};
+
+enum class RdzvBackend { kStatic, kC10d };
+
+// How the training program is run.
+enum class ProgramMode {
+  kPython,      // a .py file under $PYTHON_EXEC (else python3) -u
+  kModule,      // -m: python -u -m <module>
+  kExecutable,  // --no_python, or an executable that is not a .py file
+};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  NprocKind nproc_kind = NprocKind::kCount;
+  int nproc_per_node = 1;  // meaningful for kCount
+  int node_rank = 0;
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  // Set when --rdzv_endpoint (or, for static multi-node, master addr/port)
+  // names a rendezvous service; empty host: none given.
+  HostPort rdzv_endpoint;
+  bool has_rdzv_endpoint = false;
+  // Static multi-node without --rdzv_endpoint: the endpoint is
+  // --master_addr:--master_port, and node rank 0 serves the rendezvous there.
+  bool rdzv_endpoint_from_master = false;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  absl::Duration monitor_interval = absl::Seconds(5);
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a private temporary folder
+  StdSpec redirects;
+  StdSpec tee;
+  std::vector<int> local_ranks_filter;  // empty: every local rank
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;
+  std::string local_addr;  // empty: derived (see main)
+  std::vector<int> signals_to_handle;  // signal numbers
+  // cpptorchrun's own.
+  int fake_gpus = 0;  // 0: real devices
+  absl::Duration worker_timeout = absl::Seconds(300);
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
+  std::string log_level = "info";
+
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+};
+
+// Derived from the program flags and the script's name.
+ProgramMode ModeOf(const LaunchConfig& config);
+
+struct StatusConfig {
+  HostPort rdzv_endpoint;
+  std::string rdzv_id;
+  std::string log_level = "warn";
+};
+
+struct ParsedCommandLine {
+  enum class Kind { kLaunch, kStatus, kHelp, kVersion };
+  Kind kind = Kind::kLaunch;
+  LaunchConfig launch;
+  StatusConfig status;
+  std::string text;  // --help / --version output
+};
+
+// argv[0] is the program name. `env` holds the environment (PET_*,
+// CPPTORCHRUN_FAKE_GPUS); flags given on the command line win over it.
+absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& argv,
+                                                   const std::map<std::string, std::string>& env);
+
+// Signal name (SIGTERM) to number; InvalidArgument for anything else.
+absl::StatusOr<int> SignalFromName(const std::string& name);
+// Number to name ("SIGKILL"); "SIG<n>" when unknown.
+std::string SignalName(int signo);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_CLI_H_
