@@ -1,0 +1,47 @@
+// GlooStore: forwards to rdzv::Store, turning statuses into Gloo's exceptions.
+#include "worker/gloo_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "gloo/common/error.h"
+
+namespace cpptorchrun::worker {
+
+GlooStore::GlooStore(rdzv::Store* store, std::string prefix, absl::Duration timeout)
+    : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+void GlooStore::set(const std::string& key, const std::vector<char>& data) {
+  absl::Status status = store_->Set(prefix_ + key, std::string(data.begin(), data.end()));
+  if (!status.ok()) {
+    throw ::gloo::IoException(absl::StrCat("rendezvous store set ", prefix_, key, ": ",
+                                           status.ToString()));
+  }
+}
+
+std::vector<char> GlooStore::get(const std::string& key) {
+  absl::StatusOr<std::string> value = store_->Get(prefix_ + key, timeout_);
+  if (!value.ok()) {
+    throw ::gloo::IoException(absl::StrCat("rendezvous store get ", prefix_, key, ": ",
+                                           value.status().ToString()));
+  }
+  return std::vector<char>(value->begin(), value->end());
+}
+
+void GlooStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+}
+
+void GlooStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const std::string& key : keys) full.push_back(prefix_ + key);
+  absl::StatusOr<std::vector<std::string>> values =
+      store_->MultiGet(full, absl::Milliseconds(timeout.count()));
+  if (!values.ok()) {
+    throw ::gloo::IoException(absl::StrCat("rendezvous store wait for ", keys.size(),
+                                           " keys under ", prefix_, ": ",
+                                           values.status().ToString()));
+  }
+}
+
+}  // namespace cpptorchrun::worker
