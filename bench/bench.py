@@ -1,0 +1,323 @@
+"""cpptorchrun's benchmark runner: every benchmark of the project in one
+run, beside the reference (torchrun, the Python DDP loop) where the machine
+has it, interleaved A, B, A, B so that ratios hold on a noisy machine.
+
+Writes bench/results.json (every sample, machine-readable), bench/REPORT.md
+(tables: median, min, max) and PNG plots drawn with gnuplot. Run it through
+tools/bench, which builds the binaries with --config=bench first.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
+
+
+# --- measuring ----------------------------------------------------------------
+
+def run_measured(argv, env=None, timeout=600, cwd=None, stdout=subprocess.DEVNULL):
+    """Runs argv; returns (wall seconds, peak RSS in MB of the largest process
+    of the tree that was waited for, exit code)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=full_env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    deadline = t0 + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            os.killpg(p.pid, 9)
+            pid, status, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.001)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024.0, p.returncode
+
+
+class Results:
+    """Figures: name -> {unit, better, samples}; plus notes per section."""
+
+    def __init__(self):
+        self.figures = {}
+        self.notes = {}
+
+    def add(self, name, value, unit, better="lower"):
+        f = self.figures.setdefault(name, {"unit": unit, "better": better, "samples": []})
+        f["samples"].append(value)
+
+    def note(self, section, text):
+        self.notes.setdefault(section, []).append(text)
+
+    def stat(self, name):
+        s = self.figures.get(name, {}).get("samples") or []
+        if not s:
+            return None
+        return {"median": statistics.median(s), "min": min(s), "max": max(s), "n": len(s)}
+
+    def summary(self):
+        out = {}
+        for name, f in self.figures.items():
+            st = self.stat(name)
+            out[name] = dict(st, unit=f["unit"], better=f["better"], samples=f["samples"])
+        return out
+
+
+def interleave(variants, repeat):
+    """Runs each variant once per round, the order A, B, A, B ..."""
+    for _ in range(repeat):
+        for fn in variants:
+            fn()
+
+
+def have_torch():
+    return os.path.exists(PY) and subprocess.run(
+        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+
+
+# --- sections -------------------------------------------------------------------
+
+def section_launch(ctx, res):
+    """Wall time and peak RSS of launching N no-op workers."""
+    launcher = os.path.join(ctx.bin, "launcher", "cpptorchrun")
+    torch_ok = have_torch()
+    if not torch_ok:
+        res.note("launch", "torchrun not measured: %s has no torch" % PY)
+    for n in (1, 2, 4, 8):
+        # torchrun takes seconds a launch: --quick repeats the small sizes less.
+        repeat = (5 if n == 8 else 3) if ctx.quick else 15
+        def ours(n=n):
+            wall, rss, rc = run_measured([launcher, "--standalone", "--nproc_per_node=%d" % n,
+                                          "--no_python", "/bin/true"])
+            if rc != 0:
+                raise RuntimeError("cpptorchrun exited %d" % rc)
+            res.add("launch/cpptorchrun/nproc=%d/wall_ms" % n, wall * 1e3, "ms")
+            res.add("launch/cpptorchrun/nproc=%d/peak_rss_mb" % n, rss, "MB")
+
+        def ref(n=n):
+            wall, rss, rc = run_measured([PY, os.path.join(ROOT, "bench", "torchrun_ref.py"),
+                                          "--standalone", "--nproc_per_node=%d" % n,
+                                          "--no_python", "/bin/true"])
+            if rc != 0:
+                raise RuntimeError("torchrun exited %d" % rc)
+            res.add("launch/torchrun/nproc=%d/wall_ms" % n, wall * 1e3, "ms")
+            res.add("launch/torchrun/nproc=%d/peak_rss_mb" % n, rss, "MB")
+
+        interleave([ours] + ([ref] if torch_ok else []), repeat)
+    res.note("launch", "peak RSS is ru_maxrss from wait4: the largest single process "
+                       "of the launcher's tree (the launcher itself for /bin/true workers)")
+
+
+SECTIONS = {"launch": section_launch}
+
+
+def register(name, fn):
+    SECTIONS[name] = fn
+
+
+# --- report --------------------------------------------------------------------
+
+def machine_info():
+    def out(argv):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return "n/a"
+    cpu = "n/a"
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.*)", f.read())
+            cpu = m.group(1) if m else cpu
+    except OSError:
+        pass
+    torch_v = out([PY, "-c", "import torch; print(torch.__version__)"]) if os.path.exists(PY) else "n/a"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host_cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "gcc": out(["gcc", "-dumpfullversion"]), "bazel": (out(["bazel", "--version"]).splitlines() or ["n/a"])[-1],
+        "python_torch": torch_v, "git": out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+    }
+
+
+def fmt(v):
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100:
+        return "%.0f" % v
+    if abs(v) >= 10:
+        return "%.1f" % v
+    return "%.3g" % v
+
+
+def write_report(ctx, res, info, plots):
+    lines = ["# cpptorchrun benchmark report", "",
+             "Written by `tools/bench%s` on %s; do not edit by hand." % (" --quick" if ctx.quick else "", info["date"]),
+             "",
+             "Machine: %s, %s cores, %s GiB, Linux %s; gcc %s; PyTorch (reference) %s; commit %s." % (
+                 info["host_cpu"], info["cores"], info["memory_gb"], info["kernel"], info["gcc"],
+                 info["python_torch"], info["git"]),
+             "", "Each figure: median (min-max) over n runs; the reference ran in the same run, interleaved.", ""]
+    summary = res.summary()
+    sections = sorted({k.split("/")[0] for k in summary} | set(res.notes))
+    for sec in sections:
+        lines += ["## " + sec, ""]
+        rows = [(k, v) for k, v in sorted(summary.items()) if k.startswith(sec + "/")]
+        if rows:
+            lines += ["| figure | median | min | max | n | unit |", "| --- | --- | --- | --- | --- | --- |"]
+            for k, v in rows:
+                lines.append("| %s | %s | %s | %s | %d | %s |" % (
+                    k[len(sec) + 1:], fmt(v["median"]), fmt(v["min"]), fmt(v["max"]), v["n"], v["unit"]))
+            lines.append("")
+        for r in ctx.ratios.get(sec, []):
+            lines.append("- " + r)
+        for n in res.notes.get(sec, []):
+            lines.append("- " + n)
+        for p in plots.get(sec, []):
+            lines += ["", "![%s](%s)" % (os.path.basename(p), os.path.basename(p))]
+        lines.append("")
+    with open(os.path.join(ctx.out, "REPORT.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def gnuplot(png, title, xlabel, ylabel, series, logx=False, logy=False):
+    """series: list of (label, [(x, y)]). Returns the PNG's path or None."""
+    if not shutil.which("gnuplot") or not any(pts for _, pts in series):
+        return None
+    tmp = tempfile.mkdtemp()
+    cmds = ["set terminal pngcairo size 800,500", "set output '%s'" % png,
+            "set title '%s'" % title, "set xlabel '%s'" % xlabel, "set ylabel '%s'" % ylabel,
+            "set grid", "set key top left"]
+    if logx:
+        cmds.append("set logscale x")
+    if logy:
+        cmds.append("set logscale y")
+    plots = []
+    for i, (label, pts) in enumerate(series):
+        if not pts:
+            continue
+        path = os.path.join(tmp, "s%d.dat" % i)
+        with open(path, "w") as f:
+            for x, y in pts:
+                f.write("%g %g\n" % (x, y))
+        plots.append("'%s' using 1:2 with linespoints title '%s'" % (path, label))
+    cmds.append("plot " + ", ".join(plots))
+    r = subprocess.run(["gnuplot"], input="\n".join(cmds), text=True, capture_output=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return png if r.returncode == 0 else None
+
+
+def ratio(res, a, b):
+    sa, sb = res.stat(a), res.stat(b)
+    if not sa or not sb or not sb["median"]:
+        return None
+    return sa["median"] / sb["median"]
+
+
+def compare(old_path, res):
+    with open(old_path) as f:
+        old = json.load(f)["figures"]
+    new = res.summary() if isinstance(res, Results) else res
+    print("%-60s %12s %12s %9s" % ("figure", "old", "new", "change"))
+    for name in sorted(set(old) | set(new)):
+        o, n = old.get(name), new.get(name)
+        if not o or not n:
+            print("%-60s %12s %12s %9s" % (name, fmt(o and o["median"]), fmt(n and n["median"]), "-"))
+            continue
+        change = (n["median"] - o["median"]) / o["median"] * 100 if o["median"] else 0.0
+        better = (change < 0) == (n.get("better", "lower") == "lower")
+        print("%-60s %12s %12s %+8.1f%% %s" % (name, fmt(o["median"]), fmt(n["median"]), change,
+                                                "" if abs(change) < 1 else ("better" if better else "worse")))
+
+
+class Ctx:
+    pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--bin", required=True, help="bazel-bin of the --config=bench build")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and sizes (< 5 minutes)")
+    ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench"))
+    ap.add_argument("--compare", default="", help="an earlier results.json to compare against")
+    ap.add_argument("--compare_only", action="store_true", help="compare --compare with --out's results.json")
+    args = ap.parse_args()
+    if args.compare_only:
+        with open(os.path.join(args.out, "results.json")) as f:
+            compare(args.compare, json.load(f)["figures"])
+        return 0
+    ctx = Ctx()
+    ctx.bin, ctx.quick, ctx.out, ctx.ratios = args.bin, args.quick, args.out, {}
+    res = Results()
+    only = [s for s in args.only.split(",") if s] or list(SECTIONS)
+    t0 = time.monotonic()
+    for name in only:
+        if name not in SECTIONS:
+            print("unknown section '%s'; known: %s" % (name, ", ".join(SECTIONS)), file=sys.stderr)
+            return 2
+        print("== %s" % name, flush=True)
+        s0 = time.monotonic()
+        try:
+            SECTIONS[name](ctx, res)
+        except Exception as e:  # a broken section is reported, the others still run
+            res.note(name, "FAILED: %s" % e)
+            print("section %s failed: %s" % (name, e), file=sys.stderr)
+        print("   %s took %.0f s" % (name, time.monotonic() - s0), flush=True)
+    plots = make_plots(ctx, res)
+    info = machine_info()
+    os.makedirs(ctx.out, exist_ok=True)
+    with open(os.path.join(ctx.out, "results.json"), "w") as f:
+        json.dump({"machine": info, "quick": ctx.quick, "figures": res.summary(), "notes": res.notes,
+                   "ratios": ctx.ratios}, f, indent=1, sort_keys=True)
+    write_report(ctx, res, info, plots)
+    print("wrote %s/results.json and %s/REPORT.md in %.0f s" % (ctx.out, ctx.out, time.monotonic() - t0))
+    if args.compare:
+        compare(args.compare, res)
+    return 0
+
+
+def make_plots(ctx, res):
+    plots = {}
+    for hook in PLOTS:
+        for sec, path in hook(ctx, res):
+            if path:
+                plots.setdefault(sec, []).append(path)
+    return plots
+
+
+def _launch_plot(ctx, res):
+    series = []
+    for who in ("cpptorchrun", "torchrun"):
+        pts = []
+        for n in (1, 2, 4, 8):
+            st = res.stat("launch/%s/nproc=%d/wall_ms" % (who, n))
+            if st:
+                pts.append((n, st["median"]))
+        series.append((who, pts))
+    for n in (1, 2, 4, 8):
+        r = ratio(res, "launch/torchrun/nproc=%d/wall_ms" % n, "launch/cpptorchrun/nproc=%d/wall_ms" % n)
+        if r:
+            ctx.ratios.setdefault("launch", []).append(
+                "nproc=%d: torchrun takes %.0fx cpptorchrun's wall time" % (n, r))
+    yield "launch", gnuplot(os.path.join(ctx.out, "launch.png"), "launch wall time (median)",
+                            "workers (--nproc_per_node)", "ms", series, logy=True)
+
+
+PLOTS = [_launch_plot]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Building blocks for end-to-end job scenarios: a rendezvous server on a
+host, a cpptorchrun node on a host, and the checks every scenario shares
+(metrics, restarts, processes left behind)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import harness
+
+LAUNCHER = "launcher/cpptorchrun"
+SERVER = "rendezvous/rendezvous_server"
+TRAIN = "worker/train"
+
+
+class RdzvServer:
+    """rendezvous_server on `host`, on a port it picks (or a given one)."""
+
+    def __init__(self, host, log_dir, port=0, extra=()):
+        self.host = host
+        self.log = os.path.join(log_dir, "rdzv-%s-%d.log" % (host.name, int(time.monotonic() * 1e3)))
+        self.proc = host.spawn([harness.binary(SERVER), "--host", host.addr, "--port", str(port)]
+                               + list(extra), log=self.log)
+        line = harness.wait_for(lambda: self._listening(), 30, "rendezvous_server to listen")
+        self.port = int(line)
+        self.endpoint = "%s:%d" % (host.addr, self.port)
+
+    def _listening(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("rendezvous_server exited %s:\n%s" % (self.proc.returncode, self.text()))
+        m = re.search(r"listening on \S+:(\d+)", self.text())
+        return m.group(1) if m else None
+
+    def text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+class Node:
+    """One cpptorchrun (one node) running `train` on fake GPUs."""
+
+    def __init__(self, host, work, name, endpoint, nnodes, nproc=2, run_id="job",
+                 max_restarts=3, launcher_args=(), train_args=(), env=None):
+        self.host = host
+        self.name = name
+        self.work = work
+        self.log = os.path.join(work, name + ".log")
+        self.metrics = os.path.join(work, name + "-metrics.json")
+        argv = [harness.binary(LAUNCHER),
+                "--nnodes", nnodes, "--nproc_per_node", str(nproc), "--fake_gpus", str(nproc),
+                "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
+                "--local_addr", host.addr, "--max_restarts", str(max_restarts),
+                "--monitor_interval", "0.1"] + list(launcher_args) + [
+                harness.binary(TRAIN), "--checkpoint_dir", os.path.join(work, "ckpt"),
+                "--metrics_json", self.metrics] + list(train_args)
+        self.proc = host.spawn(argv, log=self.log, env=env)
+
+    def text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s did not finish within %ds; its log:\n%s"
+                                 % (self.name, timeout, self.text()[-6000:]))
+
+    def worker_pids(self):
+        """Pids of this node's workers (children of the launcher)."""
+        try:
+            with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
+                return [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def job_leftovers(run_id):
+    """Live processes that belong to run `run_id` (workers carry it in env)."""
+    return harness.processes_with_env("TORCHELASTIC_RUN_ID", run_id)
