@@ -1,0 +1,680 @@
+// The rendezvous round rules (see rules.h).
+#include "rendezvous/rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+absl::StatusOr<absl::Duration> SecondsField(const char* name, double seconds,
+                                            absl::Duration fallback) {
+  if (!std::isfinite(seconds) || seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run option ", name, " must be a finite number of seconds >= 0, got ",
+                     seconds));
+  }
+  if (seconds == 0) return fallback;
+  return absl::Seconds(seconds);
+}
+
+void ReindexJoiners(RunState* state) {
+  state->joiner_index.clear();
+  for (size_t i = 0; i < state->joiners.size(); ++i) {
+    state->joiner_index[state->joiners[i].node.node_id()] = i;
+  }
+}
+
+void ReindexParticipants(RunState* state) {
+  state->participant_index.clear();
+  for (size_t i = 0; i < state->participants.size(); ++i) {
+    state->participant_index[state->participants[i].participant.node_id()] = i;
+  }
+}
+
+bool IsParticipant(const RunState& state, const std::string& node_id) {
+  return state.participant_index.contains(node_id);
+}
+
+bool StandingRound(const RunState& state) {
+  return !state.closed && state.active_round > 0 && !state.active_ended;
+}
+
+// Keeps min_reached_at in step with the number of joiners.
+void UpdateMinReached(absl::Time now, RunState* state) {
+  if (state->forming_round != 0 && !state->joiners.empty() &&
+      static_cast<int>(state->joiners.size()) >= NodesNeeded(state->joiners, state->options)) {
+    if (!state->min_reached_at.has_value()) state->min_reached_at = now;
+  } else {
+    state->min_reached_at.reset();
+  }
+}
+
+void EnsureForming(RunState* state) {
+  if (state->forming_round != 0) return;
+  state->forming_round = std::max(state->highest_round, state->active_round) + 1;
+  state->highest_round = state->forming_round;
+  state->joiners.clear();
+  state->joiner_index.clear();
+  state->min_reached_at.reset();
+}
+
+bool ShouldComplete(absl::Time now, const std::vector<Joiner>& living,
+                    const std::optional<absl::Time>& min_reached_at, const RoundOptions& options,
+                    std::string* reason) {
+  int n = static_cast<int>(living.size());
+  if (n == 0) return false;
+  if (n >= options.max_nodes) {
+    *reason = absl::StrCat("max_nodes (", options.max_nodes, ") joined");
+    return true;
+  }
+  if (n >= NodesNeeded(living, options) && min_reached_at.has_value() &&
+      now >= *min_reached_at + options.last_call_timeout) {
+    *reason = absl::StrCat(n, " nodes joined (min_nodes ", options.min_nodes,
+                           ") and the last call of ",
+                           absl::FormatDuration(options.last_call_timeout), " passed");
+    return true;
+  }
+  return false;
+}
+
+void RemoveJoiners(RunState* state, const std::vector<std::string>& node_ids) {
+  if (node_ids.empty()) return;
+  std::vector<Joiner> kept;
+  kept.reserve(state->joiners.size());
+  for (Joiner& j : state->joiners) {
+    if (std::find(node_ids.begin(), node_ids.end(), j.node.node_id()) == node_ids.end()) {
+      kept.push_back(std::move(j));
+    }
+  }
+  state->joiners = std::move(kept);
+  ReindexJoiners(state);
+}
+
+}  // namespace
+
+absl::StatusOr<RoundOptions> RoundOptionsFromProto(const v1::RunOptions& proto,
+                                                   int max_nodes_limit) {
+  RoundOptions options;
+  options.min_nodes = proto.min_nodes();
+  options.max_nodes = proto.max_nodes() == 0 ? proto.min_nodes() : proto.max_nodes();
+  if (options.min_nodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run option min_nodes must be >= 1, got ", proto.min_nodes()));
+  }
+  if (options.max_nodes < options.min_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("run option max_nodes (", proto.max_nodes(),
+                                                   ") is below min_nodes (", proto.min_nodes(),
+                                                   ")"));
+  }
+  if (options.max_nodes > max_nodes_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("run option max_nodes (", options.max_nodes,
+                                                   ") exceeds the server's limit of ",
+                                                   max_nodes_limit, " nodes per run"));
+  }
+  auto join = SecondsField("join_timeout_s", proto.join_timeout_s(), kDefaultJoinTimeout);
+  if (!join.ok()) return join.status();
+  // last_call_timeout 0 is meaningful (complete as soon as min have joined)
+  // but indistinguishable on the wire from "unset"; negative means zero.
+  absl::Duration last_call = kDefaultLastCallTimeout;
+  if (!std::isfinite(proto.last_call_timeout_s())) {
+    return absl::InvalidArgumentError("run option last_call_timeout_s must be finite");
+  }
+  if (proto.last_call_timeout_s() > 0) last_call = absl::Seconds(proto.last_call_timeout_s());
+  if (proto.last_call_timeout_s() < 0) last_call = absl::ZeroDuration();
+  auto close = SecondsField("close_timeout_s", proto.close_timeout_s(), kDefaultCloseTimeout);
+  if (!close.ok()) return close.status();
+  auto interval = SecondsField("keep_alive_interval_s", proto.keep_alive_interval_s(),
+                               kDefaultKeepAliveInterval);
+  if (!interval.ok()) return interval.status();
+  if (proto.keep_alive_max_attempt() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run option keep_alive_max_attempt must be >= 0, got ", proto.keep_alive_max_attempt()));
+  }
+  options.join_timeout = *join;
+  options.last_call_timeout = last_call;
+  options.close_timeout = *close;
+  options.keep_alive_interval = *interval;
+  options.keep_alive_max_attempt = proto.keep_alive_max_attempt() == 0
+                                       ? kDefaultKeepAliveMaxAttempt
+                                       : proto.keep_alive_max_attempt();
+  return options;
+}
+
+v1::RunOptions RoundOptionsToProto(const RoundOptions& options) {
+  v1::RunOptions proto;
+  proto.set_min_nodes(options.min_nodes);
+  proto.set_max_nodes(options.max_nodes);
+  proto.set_join_timeout_s(absl::ToDoubleSeconds(options.join_timeout));
+  proto.set_last_call_timeout_s(absl::ToDoubleSeconds(options.last_call_timeout));
+  proto.set_close_timeout_s(absl::ToDoubleSeconds(options.close_timeout));
+  proto.set_keep_alive_interval_s(absl::ToDoubleSeconds(options.keep_alive_interval));
+  proto.set_keep_alive_max_attempt(options.keep_alive_max_attempt);
+  return proto;
+}
+
+RunState NewRun(const std::string& run_id, const RoundOptions& options) {
+  RunState state;
+  state.run_id = run_id;
+  state.options = options;
+  return state;
+}
+
+absl::StatusOr<std::vector<v1::Participant>> AssignRanks(
+    const std::vector<v1::NodeInfo>& nodes, const std::vector<ParticipantState>& previous) {
+  const int size = static_cast<int>(nodes.size());
+  std::vector<int> rank_of(size, -1);
+  std::vector<bool> taken(size, false);
+  for (int i = 0; i < size; ++i) {
+    int wanted = nodes[i].static_node_rank();
+    if (wanted < 0) continue;
+    if (wanted >= size) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", nodes[i].node_id(),
+                                                     "' asks for node rank ", wanted,
+                                                     " but the round has ", size, " nodes"));
+    }
+    if (taken[wanted]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node rank ", wanted, " is asked for by two nodes"));
+    }
+    taken[wanted] = true;
+    rank_of[i] = wanted;
+  }
+  // Dynamic nodes in order: survivors by old group rank, then newcomers by id.
+  absl::flat_hash_map<std::string, int> old_rank;
+  for (const ParticipantState& p : previous) {
+    old_rank[p.participant.node_id()] = p.participant.group_rank();
+  }
+  std::vector<int> dynamic;
+  for (int i = 0; i < size; ++i) {
+    if (rank_of[i] < 0) dynamic.push_back(i);
+  }
+  std::sort(dynamic.begin(), dynamic.end(), [&](int a, int b) {
+    auto ia = old_rank.find(nodes[a].node_id());
+    auto ib = old_rank.find(nodes[b].node_id());
+    bool sa = ia != old_rank.end();
+    bool sb = ib != old_rank.end();
+    if (sa != sb) return sa;
+    if (sa) return ia->second < ib->second;
+    return nodes[a].node_id() < nodes[b].node_id();
+  });
+  int next_free = 0;
+  for (int i : dynamic) {
+    while (taken[next_free]) ++next_free;
+    taken[next_free] = true;
+    rank_of[i] = next_free;
+  }
+  std::vector<int> by_rank(size);
+  for (int i = 0; i < size; ++i) by_rank[rank_of[i]] = i;
+  std::vector<v1::Participant> out;
+  out.reserve(size);
+  int offset = 0;
+  for (int rank = 0; rank < size; ++rank) {
+    const v1::NodeInfo& node = nodes[by_rank[rank]];
+    v1::Participant p;
+    p.set_node_id(node.node_id());
+    p.set_host(node.host());
+    p.set_group_rank(rank);
+    p.set_local_world_size(node.local_world_size());
+    p.set_rank_offset(offset);
+    offset += node.local_world_size();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+int NodesNeeded(const std::vector<Joiner>& joiners, const RoundOptions& options) {
+  int needed = options.min_nodes;
+  for (const Joiner& j : joiners) needed = std::max(needed, j.node.static_node_rank() + 1);
+  return needed;
+}
+
+FormingDecision DecideForming(absl::Time now, const RunState& state) {
+  FormingDecision decision;
+  if (state.closed || state.forming_round == 0) return decision;
+  const RoundOptions& options = state.options;
+  std::vector<Joiner> living;
+  for (const Joiner& j : state.joiners) {
+    if (!j.polling && now > j.last_heard + options.KeepAliveDeadline()) {
+      decision.dead.push_back(j.node.node_id());
+    } else {
+      living.push_back(j);
+    }
+  }
+  std::optional<absl::Time> min_reached = state.min_reached_at;
+  if (!decision.dead.empty() &&
+      static_cast<int>(living.size()) < NodesNeeded(living, options)) {
+    min_reached.reset();
+  }
+  if (ShouldComplete(now, living, min_reached, options, &decision.reason)) {
+    decision.complete = true;
+    return decision;
+  }
+  for (const Joiner& j : living) {
+    if (now >= j.joined_at + options.join_timeout) decision.timed_out.push_back(j.node.node_id());
+  }
+  if (!decision.timed_out.empty()) {
+    decision.reason = absl::StrCat("round ", state.forming_round, " did not complete within ",
+                                   absl::FormatDuration(options.join_timeout), ": ",
+                                   living.size(), " of min_nodes ", options.min_nodes,
+                                   " nodes joined");
+  } else if (!decision.dead.empty()) {
+    decision.reason = absl::StrCat(decision.dead.size(), " joining nodes went silent");
+  }
+  return decision;
+}
+
+std::vector<std::string> FindDeadParticipants(absl::Time now, const RunState& state) {
+  std::vector<std::string> dead;
+  if (!StandingRound(state)) return dead;
+  for (const ParticipantState& p : state.participants) {
+    if (now > p.last_heard + state.options.KeepAliveDeadline()) {
+      dead.push_back(p.participant.node_id());
+    }
+  }
+  return dead;
+}
+
+bool NewcomerEndsRound(const RunState& state) {
+  return StandingRound(state) &&
+         static_cast<int>(state.participants.size()) < state.options.max_nodes;
+}
+
+absl::Time NextDeadline(const RunState& state) {
+  absl::Time next = absl::InfiniteFuture();
+  const RoundOptions& options = state.options;
+  if (state.closed) return state.closed_at + options.close_timeout;
+  if (StandingRound(state)) {
+    for (const ParticipantState& p : state.participants) {
+      next = std::min(next, p.last_heard + options.KeepAliveDeadline());
+    }
+  }
+  if (state.forming_round != 0) {
+    if (state.min_reached_at.has_value()) {
+      next = std::min(next, *state.min_reached_at + options.last_call_timeout);
+    }
+    for (const Joiner& j : state.joiners) {
+      next = std::min(next, j.joined_at + options.join_timeout);
+      if (!j.polling) next = std::min(next, j.last_heard + options.KeepAliveDeadline());
+    }
+  }
+  for (const Joiner& j : state.spares) {
+    if (!j.polling) next = std::min(next, j.last_heard + options.KeepAliveDeadline());
+  }
+  return next;
+}
+
+int WaitingNodes(const RunState& state) {
+  return static_cast<int>(state.spares.size()) +
+         (StandingRound(state) ? static_cast<int>(state.joiners.size()) : 0);
+}
+
+v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t round) {
+  v1::RunEvent event;
+  event.set_version(state.version);
+  event.set_current_round(state.active_round);
+  event.set_round_current(StandingRound(state) && round == state.active_round &&
+                          IsParticipant(state, node_id));
+  event.set_waiting_nodes(WaitingNodes(state));
+  event.set_run_closed(state.closed);
+  if (state.closed) {
+    event.set_reason(absl::StrCat("run '", state.run_id, "' closed: ", state.closed_reason));
+  } else if (state.active_round > 0 && state.active_ended) {
+    event.set_reason(state.end_reason);
+  } else if (round != state.active_round) {
+    event.set_reason(absl::StrCat("round ", round, " is over; the current round is ",
+                                  state.active_round));
+  } else if (!IsParticipant(state, node_id)) {
+    event.set_reason(absl::StrCat("node '", node_id, "' is not in round ", state.active_round));
+  } else if (event.waiting_nodes() > 0) {
+    event.set_reason(absl::StrCat(event.waiting_nodes(), " nodes wait to join"));
+  }
+  return event;
+}
+
+std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id) {
+  auto it = state.participant_index.find(node_id);
+  if (state.active_round == 0 || it == state.participant_index.end()) return std::nullopt;
+  v1::Assignment a;
+  a.set_round(state.active_round);
+  const v1::Participant& me = state.participants[it->second].participant;
+  a.set_group_rank(me.group_rank());
+  a.set_group_world_size(static_cast<int32_t>(state.participants.size()));
+  a.set_rank_offset(me.rank_offset());
+  int world = 0;
+  for (const ParticipantState& p : state.participants) {
+    world += p.participant.local_world_size();
+    *a.add_participants() = p.participant;
+  }
+  a.set_world_size(world);
+  a.set_master_addr(state.master_addr);
+  a.set_master_port(state.master_port);
+  return a;
+}
+
+void CompleteRound(absl::Time now, RunState* state) {
+  std::vector<v1::NodeInfo> nodes;
+  nodes.reserve(state->joiners.size());
+  for (const Joiner& j : state->joiners) nodes.push_back(j.node);
+  absl::StatusOr<std::vector<v1::Participant>> ranked = AssignRanks(nodes, state->participants);
+  if (!ranked.ok()) {
+    // Static ranks are checked as nodes join; should they still not fit,
+    // dynamic ranks keep the run going rather than stranding every node.
+    for (v1::NodeInfo& n : nodes) n.set_static_node_rank(-1);
+    ranked = AssignRanks(nodes, state->participants);
+  }
+  absl::flat_hash_map<std::string, const v1::NodeInfo*> info;
+  for (const v1::NodeInfo& n : nodes) info[n.node_id()] = &n;
+  std::vector<ParticipantState> participants;
+  participants.reserve(ranked->size());
+  for (v1::Participant& p : *ranked) {
+    ParticipantState ps;
+    ps.node = *info[p.node_id()];
+    ps.participant = std::move(p);
+    ps.last_heard = now;
+    participants.push_back(std::move(ps));
+  }
+  state->participants = std::move(participants);
+  ReindexParticipants(state);
+  if (!state->participants.empty()) {
+    state->master_addr = state->participants[0].node.host();
+    state->master_port = state->participants[0].node.free_port();
+  }
+  state->active_round = state->forming_round;
+  state->highest_round = std::max(state->highest_round, state->active_round);
+  state->active_ended = false;
+  state->end_reason.clear();
+  state->forming_round = 0;
+  state->joiners.clear();
+  state->joiner_index.clear();
+  state->min_reached_at.reset();
+  ++state->version;
+}
+
+void EndRound(absl::Time now, RunState* state, const std::string& reason) {
+  if (state->active_ended) return;
+  state->active_ended = true;
+  state->end_reason = reason;
+  EnsureForming(state);
+  for (Joiner& spare : state->spares) {
+    if (state->joiner_index.contains(spare.node.node_id())) continue;
+    spare.joined_at = now;
+    state->joiner_index[spare.node.node_id()] = state->joiners.size();
+    state->joiners.push_back(std::move(spare));
+  }
+  state->spares.clear();
+  UpdateMinReached(now, state);
+  ++state->version;
+}
+
+absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
+                                     const RoundOptions& options, int64_t last_round) {
+  if (state->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run '", state->run_id, "' is closed: ", state->closed_reason));
+  }
+  if (options.min_nodes != state->options.min_nodes ||
+      options.max_nodes != state->options.max_nodes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run '", state->run_id, "' has nnodes ", state->options.min_nodes, ":",
+        state->options.max_nodes, " but node '", node.node_id(), "' asks for ", options.min_nodes,
+        ":", options.max_nodes));
+  }
+  if (node.static_node_rank() >= state->options.max_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("node rank ", node.static_node_rank(),
+                                                   " of node '", node.node_id(),
+                                                   "' is not below max_nodes ",
+                                                   state->options.max_nodes));
+  }
+  state->highest_round = std::max(state->highest_round, last_round);
+  const std::string& id = node.node_id();
+  JoinResult result;
+
+  if (StandingRound(*state) && IsParticipant(*state, id)) {
+    if (last_round < state->active_round) {
+      // This node has not seen its assignment yet (a lost answer): repeat it.
+      result.outcome = JoinResult::Outcome::kComplete;
+      result.assignment = *AssignmentFor(*state, id);
+      return result;
+    }
+    EndRound(now, state, absl::StrCat("node '", id, "' re-joined"));
+  }
+
+  auto joiner = state->joiner_index.find(id);
+  if (joiner != state->joiner_index.end()) {
+    Joiner& j = state->joiners[joiner->second];
+    j.last_heard = now;
+    j.node = node;
+  } else {
+    auto spare = std::find_if(state->spares.begin(), state->spares.end(),
+                              [&](const Joiner& s) { return s.node.node_id() == id; });
+    if (spare != state->spares.end()) {
+      spare->last_heard = now;
+      spare->node = node;
+      result.outcome = JoinResult::Outcome::kSpare;
+      return result;
+    }
+    if (node.static_node_rank() >= 0) {
+      for (const Joiner& j : state->joiners) {
+        if (j.node.static_node_rank() == node.static_node_rank()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node rank ", node.static_node_rank(), " is already taken by node '",
+              j.node.node_id(), "' in run '", state->run_id, "'"));
+        }
+      }
+    }
+    if (StandingRound(*state)) {
+      if (NewcomerEndsRound(*state)) {
+        EndRound(now, state,
+                 absl::StrCat("node '", id, "' waits to join; round ", state->active_round,
+                              " has ", state->participants.size(), " of max_nodes ",
+                              state->options.max_nodes));
+      } else {
+        state->spares.push_back(Joiner{node, now, now, false});
+        ++state->version;
+        result.outcome = JoinResult::Outcome::kSpare;
+        return result;
+      }
+    }
+    EnsureForming(state);
+    if (static_cast<int>(state->joiners.size()) >= state->options.max_nodes) {
+      state->spares.push_back(Joiner{node, now, now, false});
+      ++state->version;
+      result.outcome = JoinResult::Outcome::kSpare;
+      return result;
+    }
+    state->joiner_index[id] = state->joiners.size();
+    state->joiners.push_back(Joiner{node, now, now, false});
+    ++state->version;
+  }
+  UpdateMinReached(now, state);
+  std::string reason;
+  if (ShouldComplete(now, state->joiners, state->min_reached_at, state->options, &reason)) {
+    CompleteRound(now, state);
+    result.round_completed = true;
+    result.outcome = JoinResult::Outcome::kComplete;
+    result.assignment = *AssignmentFor(*state, id);
+  }
+  return result;
+}
+
+TickResult ApplyTick(absl::Time now, RunState* state) {
+  TickResult result;
+  if (state->closed) return result;
+  std::vector<std::string> dead = FindDeadParticipants(now, *state);
+  if (!dead.empty()) {
+    const ParticipantState& first = state->participants[state->participant_index[dead[0]]];
+    result.reason = absl::StrCat(
+        "node '", dead[0], "' (", first.node.host(), ") sent no keep-alive for ",
+        absl::FormatDuration(now - first.last_heard),
+        dead.size() > 1 ? absl::StrCat(" (and ", dead.size() - 1, " more nodes)") : "");
+    // The dead are no longer participants: they cannot be waited for, and a
+    // re-join brings them back as newcomers.
+    std::vector<ParticipantState> living;
+    for (ParticipantState& p : state->participants) {
+      if (std::find(dead.begin(), dead.end(), p.participant.node_id()) == dead.end()) {
+        living.push_back(std::move(p));
+      }
+    }
+    state->participants = std::move(living);
+    ReindexParticipants(state);
+    EndRound(now, state, result.reason);
+    result.round_ended = true;
+  }
+  size_t spares_before = state->spares.size();
+  std::vector<Joiner> spares;
+  for (Joiner& s : state->spares) {
+    if (!s.polling && now > s.last_heard + state->options.KeepAliveDeadline()) {
+      result.dropped.push_back(s.node.node_id());
+    } else {
+      spares.push_back(std::move(s));
+    }
+  }
+  state->spares = std::move(spares);
+  bool changed = spares_before != state->spares.size();
+
+  FormingDecision decision = DecideForming(now, *state);
+  if (!decision.dead.empty()) {
+    RemoveJoiners(state, decision.dead);
+    result.dropped.insert(result.dropped.end(), decision.dead.begin(), decision.dead.end());
+    UpdateMinReached(now, state);
+    changed = true;
+  }
+  if (decision.complete) {
+    CompleteRound(now, state);
+    result.round_completed = true;
+    if (result.reason.empty()) result.reason = decision.reason;
+  } else if (!decision.timed_out.empty()) {
+    RemoveJoiners(state, decision.timed_out);
+    result.timed_out = decision.timed_out;
+    UpdateMinReached(now, state);
+    if (result.reason.empty()) result.reason = decision.reason;
+    changed = true;
+  }
+  if (changed) ++state->version;
+  return result;
+}
+
+v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state,
+                            const v1::KeepAliveRequest& request) {
+  const std::string& id = request.node_id();
+  auto it = state->participant_index.find(id);
+  if (StandingRound(*state) && it != state->participant_index.end() &&
+      request.assignment().round() == state->active_round) {
+    ParticipantState& p = state->participants[it->second];
+    p.last_heard = now;
+    p.restart_count = request.restart_count();
+    p.progress.assign(request.progress().begin(), request.progress().end());
+  }
+  auto joiner = state->joiner_index.find(id);
+  if (joiner != state->joiner_index.end()) state->joiners[joiner->second].last_heard = now;
+  return EventFor(*state, id, request.assignment().round());
+}
+
+bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& request) {
+  const v1::Assignment& a = request.assignment();
+  if (state->closed || a.round() <= 0 || a.participants_size() == 0) return false;
+  if (a.round() <= state->active_round) return false;
+  std::vector<ParticipantState> participants;
+  for (const v1::Participant& p : a.participants()) {
+    ParticipantState ps;
+    ps.participant = p;
+    ps.node.set_node_id(p.node_id());
+    ps.node.set_host(p.host());
+    ps.node.set_local_world_size(p.local_world_size());
+    ps.node.set_static_node_rank(-1);
+    ps.last_heard = now;
+    participants.push_back(std::move(ps));
+  }
+  std::sort(participants.begin(), participants.end(),
+            [](const ParticipantState& x, const ParticipantState& y) {
+              return x.participant.group_rank() < y.participant.group_rank();
+            });
+  state->participants = std::move(participants);
+  ReindexParticipants(state);
+  state->master_addr = a.master_addr();
+  state->master_port = a.master_port();
+  state->active_round = a.round();
+  state->highest_round = std::max(state->highest_round, a.round());
+  state->active_ended = false;
+  state->end_reason.clear();
+  if (state->forming_round != 0) {
+    // Nodes joined before this round was re-registered: the round cannot
+    // stand, and the forming one must be numbered above it.
+    if (state->forming_round <= a.round()) {
+      state->forming_round = a.round() + 1;
+      state->highest_round = std::max(state->highest_round, state->forming_round);
+    }
+    state->active_ended = true;
+    state->end_reason = absl::StrCat("nodes joined while round ", a.round(),
+                                     " was being re-registered after a server restart");
+  }
+  ++state->version;
+  return true;
+}
+
+bool ApplyLeave(absl::Time now, RunState* state, const std::string& node_id,
+                const std::string& reason) {
+  bool known = false;
+  auto it = state->participant_index.find(node_id);
+  if (it != state->participant_index.end()) {
+    known = true;
+    bool standing = StandingRound(*state);
+    state->participants.erase(state->participants.begin() + it->second);
+    ReindexParticipants(state);
+    if (standing) {
+      EndRound(now, state, absl::StrCat("node '", node_id, "' left: ", reason));
+    }
+  }
+  if (state->joiner_index.contains(node_id)) {
+    known = true;
+    RemoveJoiners(state, {node_id});
+    UpdateMinReached(now, state);
+  }
+  auto spare = std::find_if(state->spares.begin(), state->spares.end(),
+                            [&](const Joiner& s) { return s.node.node_id() == node_id; });
+  if (spare != state->spares.end()) {
+    known = true;
+    state->spares.erase(spare);
+  }
+  if (known) ++state->version;
+  return known;
+}
+
+void ApplyClose(absl::Time now, RunState* state, const std::string& reason) {
+  if (state->closed) return;
+  state->closed = true;
+  state->closed_reason = reason.empty() ? "closed by a client" : reason;
+  state->closed_at = now;
+  state->active_ended = true;
+  state->end_reason = absl::StrCat("run closed: ", state->closed_reason);
+  state->forming_round = 0;
+  state->joiners.clear();
+  state->joiner_index.clear();
+  state->spares.clear();
+  state->min_reached_at.reset();
+  ++state->version;
+}
+
+void SetPolling(absl::Time now, RunState* state, const std::string& node_id, bool polling) {
+  auto it = state->joiner_index.find(node_id);
+  if (it != state->joiner_index.end()) {
+    state->joiners[it->second].polling = polling;
+    state->joiners[it->second].last_heard = now;
+  }
+  for (Joiner& s : state->spares) {
+    if (s.node.node_id() == node_id) {
+      s.polling = polling;
+      s.last_heard = now;
+    }
+  }
+}
+
+}  // namespace cpptorchrun::rdzv

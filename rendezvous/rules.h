@@ -1,0 +1,224 @@
+// The rendezvous round rules: a run's state as plain values, and the
+// decisions on it as functions of (now, state, options). Nothing here
+// reads a clock, sleeps, locks or touches the network; the gRPC service
+// (service.h) holds the state under its lock and applies these.
+//
+// A run moves through rounds. A round FORMS while nodes Join; it COMPLETES
+// at once when max_nodes have joined, or last_call_timeout after min_nodes
+// have (and every static node rank fits). A completed round is ACTIVE until
+// it ENDS: a participant misses keep-alives for keep_alive_interval *
+// keep_alive_max_attempt, leaves, re-joins, or a newcomer arrives while the
+// round has fewer than max_nodes (the participants then re-join to admit
+// it). A newcomer arriving while the active round is full is a SPARE,
+// admitted when the round ends. A joiner that sees no completion within
+// join_timeout of its first Join is told DEADLINE_EXCEEDED. Closing a run
+// ends it for good.
+#ifndef CPPTORCHRUN_RENDEZVOUS_RULES_H_
+#define CPPTORCHRUN_RENDEZVOUS_RULES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/rendezvous.pb.h"
+
+namespace cpptorchrun::rdzv {
+
+// torchrun's --rdzv_conf defaults.
+inline constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(600);
+inline constexpr absl::Duration kDefaultLastCallTimeout = absl::Seconds(30);
+inline constexpr absl::Duration kDefaultCloseTimeout = absl::Seconds(30);
+inline constexpr absl::Duration kDefaultKeepAliveInterval = absl::Seconds(5);
+inline constexpr int kDefaultKeepAliveMaxAttempt = 3;
+
+// RunOptions with defaults filled in and durations typed.
+struct RoundOptions {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  absl::Duration join_timeout = kDefaultJoinTimeout;
+  absl::Duration last_call_timeout = kDefaultLastCallTimeout;
+  absl::Duration close_timeout = kDefaultCloseTimeout;
+  absl::Duration keep_alive_interval = kDefaultKeepAliveInterval;
+  int keep_alive_max_attempt = kDefaultKeepAliveMaxAttempt;
+
+  // How long a node may stay silent before it counts as dead.
+  absl::Duration KeepAliveDeadline() const { return keep_alive_interval * keep_alive_max_attempt; }
+};
+
+// Zero fields take the defaults. InvalidArgument names the bad field:
+// min_nodes < 1, max_nodes < min_nodes, negative or non-finite durations,
+// keep_alive_max_attempt < 0, more than `max_nodes_limit` nodes.
+absl::StatusOr<RoundOptions> RoundOptionsFromProto(const v1::RunOptions& proto,
+                                                   int max_nodes_limit);
+v1::RunOptions RoundOptionsToProto(const RoundOptions& options);
+
+// A node waiting for the forming round (or as a spare).
+struct Joiner {
+  v1::NodeInfo node;
+  // First Join for this round: its join_timeout counts from here.
+  absl::Time joined_at;
+  // Last Join call (or end of the last held call).
+  absl::Time last_heard;
+  // A Join call of this node is held by the server now (it is alive).
+  bool polling = false;
+};
+
+struct ParticipantState {
+  v1::Participant participant;
+  v1::NodeInfo node;
+  absl::Time last_heard;
+  int32_t restart_count = 0;
+  std::vector<v1::RankProgress> progress;
+};
+
+struct RunState {
+  std::string run_id;
+  RoundOptions options;
+  // Bumped on every change a watcher can see.
+  int64_t version = 0;
+  // Highest round number formed, completed or reported by an agent.
+  int64_t highest_round = 0;
+
+  // The latest completed round (0: none yet) and whether it still stands.
+  int64_t active_round = 0;
+  bool active_ended = true;
+  std::string end_reason;
+  // By group rank.
+  std::vector<ParticipantState> participants;
+  std::string master_addr;
+  int32_t master_port = 0;
+
+  // The round forming now (0: none).
+  int64_t forming_round = 0;
+  std::vector<Joiner> joiners;  // arrival order
+  std::optional<absl::Time> min_reached_at;
+  // Newcomers that found the active round full.
+  std::vector<Joiner> spares;
+
+  bool closed = false;
+  std::string closed_reason;
+  absl::Time closed_at;
+
+  // Indexes into `participants` and `joiners` by node id (kept by the
+  // transitions below).
+  absl::flat_hash_map<std::string, size_t> participant_index;
+  absl::flat_hash_map<std::string, size_t> joiner_index;
+};
+
+// A new run. The first joiner's options become the run's.
+RunState NewRun(const std::string& run_id, const RoundOptions& options);
+
+// --- pure decisions ----------------------------------------------------------
+
+// Group ranks for the nodes of a completing round. Nodes with a static rank
+// take it; the others fill the free ranks in order: first the previous
+// round's participants in their old group-rank order, then newcomers by
+// node id. So the result depends only on who joined, not on arrival order.
+// Rank offsets accumulate local_world_size in group-rank order.
+// InvalidArgument when static ranks collide or do not fit the round.
+absl::StatusOr<std::vector<v1::Participant>> AssignRanks(
+    const std::vector<v1::NodeInfo>& nodes, const std::vector<ParticipantState>& previous);
+
+// The number of joiners a round needs before it may complete: min_nodes, and
+// enough to cover the highest static node rank among them.
+int NodesNeeded(const std::vector<Joiner>& joiners, const RoundOptions& options);
+
+// What the forming round should do now.
+struct FormingDecision {
+  // Joiners silent (no held Join) for longer than the keep-alive deadline.
+  std::vector<std::string> dead;
+  // Complete the round with the living joiners.
+  bool complete = false;
+  // Joiners whose join_timeout passed without completion.
+  std::vector<std::string> timed_out;
+  std::string reason;
+};
+FormingDecision DecideForming(absl::Time now, const RunState& state);
+
+// Participants of the standing active round silent for longer than the
+// keep-alive deadline, in group-rank order.
+std::vector<std::string> FindDeadParticipants(absl::Time now, const RunState& state);
+
+// Whether a new node's Join must end a standing active round (it has room
+// for more nodes) rather than wait as a spare.
+bool NewcomerEndsRound(const RunState& state);
+
+// The earliest future time at which a decision above can change without a
+// call arriving; InfiniteFuture when none.
+absl::Time NextDeadline(const RunState& state);
+
+// What `node_id` (in `round`) is told by KeepAlive and Watch.
+v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t round);
+
+// The assignment of a participant of the active round, if it is one.
+std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id);
+
+// Nodes waiting to get into a round: spares and joiners that are not
+// participants of the active round.
+int WaitingNodes(const RunState& state);
+
+// --- transitions (deterministic; `now` is passed in) -------------------------
+
+struct JoinResult {
+  enum class Outcome { kPending, kSpare, kComplete } outcome = Outcome::kPending;
+  // For kComplete of the caller alone (its earlier answer was lost).
+  v1::Assignment assignment;
+  // The round completed during this call: every participant's held Join
+  // should be answered.
+  bool round_completed = false;
+};
+
+// A Join of `node` who last took part in `last_round`. Errors:
+// FailedPrecondition when the run is closed, the node's nnodes disagree with
+// the run's, or its static rank is taken; InvalidArgument for a static rank
+// beyond max_nodes.
+absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
+                                     const RoundOptions& options, int64_t last_round);
+
+struct TickResult {
+  bool round_completed = false;
+  bool round_ended = false;
+  std::vector<std::string> timed_out;  // joiners to answer DEADLINE_EXCEEDED
+  std::vector<std::string> dropped;    // silent joiners/spares removed
+  std::string reason;
+};
+
+// Applies every deadline that has passed by `now`.
+TickResult ApplyTick(absl::Time now, RunState* state);
+
+// Completes the forming round with its joiners (they must be >= needed).
+void CompleteRound(absl::Time now, RunState* state);
+
+// Ends the active round (no-op when it already ended); spares move into the
+// forming round, which is created numbered above every round seen.
+void EndRound(absl::Time now, RunState* state, const std::string& reason);
+
+// A keep-alive of a participant: refreshes its liveness and progress. A node
+// that is not a participant of the standing round only learns the event.
+v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAliveRequest& request);
+
+// Re-creates the active round from an agent's assignment after a server
+// restart (the server lost the run, or knows only a forming round numbered
+// from a Join). Every participant is treated as alive from `now`. Returns
+// false (no change) when the state already knows this round or a later one.
+bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& request);
+
+// A graceful leave: a participant ends the standing round; a joiner or spare
+// is removed. False when the node was unknown.
+bool ApplyLeave(absl::Time now, RunState* state, const std::string& node_id,
+                const std::string& reason);
+
+// Closes the run: later Joins fail; joiners and spares are dropped.
+void ApplyClose(absl::Time now, RunState* state, const std::string& reason);
+
+// Marks a joiner's held Join as held or answered.
+void SetPolling(absl::Time now, RunState* state, const std::string& node_id, bool polling);
+
+}  // namespace cpptorchrun::rdzv
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_RULES_H_

@@ -1,0 +1,417 @@
+// Tests of the round rules with made-up times: every rule is driven by
+// passing `now` in, never by sleeping.
+#include "rendezvous/rules.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+const absl::Time kT0 = absl::UnixEpoch() + absl::Hours(10);
+
+v1::NodeInfo Node(const std::string& id, int local_world_size = 2, int static_rank = -1) {
+  v1::NodeInfo n;
+  n.set_node_id(id);
+  n.set_host("host-" + id);
+  n.set_local_world_size(local_world_size);
+  n.set_static_node_rank(static_rank);
+  n.set_free_port(1000 + static_cast<int>(id.size()));
+  return n;
+}
+
+RoundOptions Options(int min_nodes, int max_nodes) {
+  RoundOptions o;
+  o.min_nodes = min_nodes;
+  o.max_nodes = max_nodes;
+  o.join_timeout = absl::Seconds(100);
+  o.last_call_timeout = absl::Seconds(10);
+  o.keep_alive_interval = absl::Seconds(5);
+  o.keep_alive_max_attempt = 3;
+  return o;
+}
+
+JoinResult Join(RunState* s, absl::Time now, const std::string& id, int64_t last_round = 0) {
+  absl::StatusOr<JoinResult> r = ApplyJoin(now, s, Node(id), s->options, last_round);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : JoinResult{};
+}
+
+std::vector<std::string> Ids(const RunState& s) {
+  std::vector<std::string> ids;
+  for (const ParticipantState& p : s.participants) ids.push_back(p.participant.node_id());
+  return ids;
+}
+
+v1::KeepAliveRequest KeepAliveOf(const RunState& s, const std::string& id) {
+  v1::KeepAliveRequest r;
+  r.set_run_id(s.run_id);
+  r.set_node_id(id);
+  *r.mutable_assignment() = *AssignmentFor(s, id);
+  return r;
+}
+
+// --- options -----------------------------------------------------------------
+
+TEST(RoundOptionsFromProto, ZeroFieldsTakeTorchrunDefaults) {
+  v1::RunOptions p;
+  p.set_min_nodes(2);
+  auto o = RoundOptionsFromProto(p, 100);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->max_nodes, 2);
+  EXPECT_EQ(o->join_timeout, absl::Seconds(600));
+  EXPECT_EQ(o->last_call_timeout, absl::Seconds(30));
+  EXPECT_EQ(o->close_timeout, absl::Seconds(30));
+  EXPECT_EQ(o->keep_alive_interval, absl::Seconds(5));
+  EXPECT_EQ(o->keep_alive_max_attempt, 3);
+  EXPECT_EQ(o->KeepAliveDeadline(), absl::Seconds(15));
+}
+
+TEST(RoundOptionsFromProto, RejectsEachBadFieldByName) {
+  struct Case {
+    int min, max;
+    double join, last_call, interval;
+    int attempts;
+    std::string fragment;
+  };
+  const Case cases[] = {
+      {0, 1, 0, 0, 0, 0, "min_nodes"},
+      {3, 2, 0, 0, 0, 0, "below min_nodes"},
+      {1, 101, 0, 0, 0, 0, "limit of 100"},
+      {1, 1, -1, 0, 0, 0, "join_timeout_s"},
+      {1, 1, 0, 0, -2, 0, "keep_alive_interval_s"},
+      {1, 1, 0, 0, 0, -1, "keep_alive_max_attempt"},
+  };
+  for (const Case& c : cases) {
+    v1::RunOptions p;
+    p.set_min_nodes(c.min);
+    p.set_max_nodes(c.max);
+    p.set_join_timeout_s(c.join);
+    p.set_last_call_timeout_s(c.last_call);
+    p.set_keep_alive_interval_s(c.interval);
+    p.set_keep_alive_max_attempt(c.attempts);
+    auto o = RoundOptionsFromProto(p, 100);
+    ASSERT_FALSE(o.ok()) << c.fragment;
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(c.fragment), std::string::npos) << o.status();
+  }
+}
+
+TEST(RoundOptionsFromProto, NegativeLastCallMeansNone) {
+  v1::RunOptions p;
+  p.set_min_nodes(1);
+  p.set_last_call_timeout_s(-1);
+  auto o = RoundOptionsFromProto(p, 10);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->last_call_timeout, absl::ZeroDuration());
+}
+
+// --- ranks -------------------------------------------------------------------
+
+TEST(AssignRanks, NewcomersByNodeIdWithOffsets) {
+  auto ranked = AssignRanks({Node("c", 4), Node("a", 1), Node("b", 2)}, {});
+  ASSERT_TRUE(ranked.ok());
+  ASSERT_EQ(ranked->size(), 3u);
+  EXPECT_EQ((*ranked)[0].node_id(), "a");
+  EXPECT_EQ((*ranked)[0].rank_offset(), 0);
+  EXPECT_EQ((*ranked)[1].node_id(), "b");
+  EXPECT_EQ((*ranked)[1].rank_offset(), 1);
+  EXPECT_EQ((*ranked)[2].node_id(), "c");
+  EXPECT_EQ((*ranked)[2].rank_offset(), 3);
+  EXPECT_EQ((*ranked)[2].group_rank(), 2);
+}
+
+TEST(AssignRanks, SurvivorsKeepRelativeOrderBeforeNewcomers) {
+  std::vector<ParticipantState> previous(3);
+  const char* old_order[] = {"z", "m", "b"};
+  for (int i = 0; i < 3; ++i) {
+    previous[i].participant.set_node_id(old_order[i]);
+    previous[i].participant.set_group_rank(i);
+  }
+  // "m" died; "a" is new.
+  auto ranked = AssignRanks({Node("a"), Node("b"), Node("z")}, previous);
+  ASSERT_TRUE(ranked.ok());
+  EXPECT_EQ((*ranked)[0].node_id(), "z");
+  EXPECT_EQ((*ranked)[1].node_id(), "b");
+  EXPECT_EQ((*ranked)[2].node_id(), "a");
+}
+
+TEST(AssignRanks, StaticRanksAreHonouredAndOthersFillGaps) {
+  auto ranked = AssignRanks({Node("a", 1, 2), Node("b", 1), Node("c", 1, 0)}, {});
+  ASSERT_TRUE(ranked.ok());
+  EXPECT_EQ((*ranked)[0].node_id(), "c");
+  EXPECT_EQ((*ranked)[1].node_id(), "b");
+  EXPECT_EQ((*ranked)[2].node_id(), "a");
+}
+
+TEST(AssignRanks, RejectsStaticRanksThatDoNotFit) {
+  EXPECT_EQ(AssignRanks({Node("a", 1, 5), Node("b", 1)}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AssignRanks({Node("a", 1, 0), Node("b", 1, 0)}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// --- forming -----------------------------------------------------------------
+
+TEST(Forming, CompletesAtOnceWhenMaxJoined) {
+  RunState s = NewRun("run", Options(2, 3));
+  EXPECT_EQ(Join(&s, kT0, "a").outcome, JoinResult::Outcome::kPending);
+  EXPECT_EQ(Join(&s, kT0, "b").outcome, JoinResult::Outcome::kPending);
+  JoinResult r = Join(&s, kT0 + absl::Seconds(1), "c");
+  EXPECT_EQ(r.outcome, JoinResult::Outcome::kComplete);
+  EXPECT_TRUE(r.round_completed);
+  EXPECT_EQ(s.active_round, 1);
+  EXPECT_EQ(r.assignment.round(), 1);
+  EXPECT_EQ(r.assignment.group_world_size(), 3);
+  EXPECT_EQ(r.assignment.world_size(), 6);
+  EXPECT_EQ(r.assignment.group_rank(), 2);
+  EXPECT_EQ(r.assignment.master_addr(), "host-a");
+  EXPECT_EQ(r.assignment.master_port(), 1001);
+  EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(Forming, LastCallCompletesOnlyAfterItsTimeout) {
+  RunState s = NewRun("run", Options(2, 4));
+  Join(&s, kT0, "a");
+  Join(&s, kT0 + absl::Seconds(3), "b");  // min reached at t0+3
+  struct Step {
+    absl::Duration at;
+    bool completes;
+  };
+  const Step steps[] = {{absl::Seconds(3), false},
+                        {absl::Seconds(12.9), false},
+                        {absl::Seconds(13), true}};
+  for (const Step& step : steps) {
+    FormingDecision d = DecideForming(kT0 + step.at, s);
+    EXPECT_EQ(d.complete, step.completes) << step.at;
+  }
+  EXPECT_EQ(NextDeadline(s), kT0 + absl::Seconds(13));
+  TickResult t = ApplyTick(kT0 + absl::Seconds(13), &s);
+  EXPECT_TRUE(t.round_completed);
+  EXPECT_NE(t.reason.find("last call"), std::string::npos) << t.reason;
+  EXPECT_EQ(s.active_round, 1);
+}
+
+TEST(Forming, ZeroLastCallCompletesAsSoonAsMinJoined) {
+  RoundOptions o = Options(2, 4);
+  o.last_call_timeout = absl::ZeroDuration();
+  RunState s = NewRun("run", o);
+  Join(&s, kT0, "a");
+  EXPECT_EQ(Join(&s, kT0, "b").outcome, JoinResult::Outcome::kComplete);
+}
+
+TEST(Forming, JoinTimeoutPerJoinerWhenMinNeverArrives) {
+  RunState s = NewRun("run", Options(3, 3));
+  Join(&s, kT0, "a");
+  Join(&s, kT0 + absl::Seconds(50), "b");
+  SetPolling(kT0 + absl::Seconds(50), &s, "a", true);
+  SetPolling(kT0 + absl::Seconds(50), &s, "b", true);
+  EXPECT_TRUE(DecideForming(kT0 + absl::Seconds(99), s).timed_out.empty());
+  TickResult t = ApplyTick(kT0 + absl::Seconds(100), &s);
+  EXPECT_EQ(t.timed_out, (std::vector<std::string>{"a"}));
+  EXPECT_NE(t.reason.find("did not complete within"), std::string::npos) << t.reason;
+  t = ApplyTick(kT0 + absl::Seconds(150), &s);
+  EXPECT_EQ(t.timed_out, (std::vector<std::string>{"b"}));
+  EXPECT_TRUE(s.joiners.empty());
+}
+
+TEST(Forming, SilentJoinerIsDroppedButAPollingOneIsNot) {
+  RunState s = NewRun("run", Options(3, 3));
+  Join(&s, kT0, "a");
+  Join(&s, kT0, "b");
+  SetPolling(kT0, &s, "b", true);
+  TickResult t = ApplyTick(kT0 + absl::Seconds(16), &s);
+  EXPECT_EQ(t.dropped, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(s.joiners.size(), 1u);
+}
+
+TEST(Forming, DeadJoinerResetsTheLastCall) {
+  RunState s = NewRun("run", Options(2, 4));
+  Join(&s, kT0, "a");
+  Join(&s, kT0, "b");
+  SetPolling(kT0, &s, "b", true);
+  ASSERT_TRUE(s.min_reached_at.has_value());
+  // "a" silent past 15 s: dropped, and one node is below min.
+  ApplyTick(kT0 + absl::Seconds(16), &s);
+  EXPECT_FALSE(s.min_reached_at.has_value());
+  EXPECT_EQ(s.active_round, 0);
+}
+
+TEST(Forming, StaticRanksNeedEnoughNodesAndMustNotCollide) {
+  RunState s = NewRun("run", Options(1, 3));
+  ASSERT_TRUE(ApplyJoin(kT0, &s, Node("a", 1, 2), s.options, 0).ok());
+  EXPECT_EQ(NodesNeeded(s.joiners, s.options), 3);
+  auto taken = ApplyJoin(kT0, &s, Node("b", 1, 2), s.options, 0);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(taken.status().message().find("already taken by node 'a'"), std::string::npos);
+  auto beyond = ApplyJoin(kT0, &s, Node("c", 1, 3), s.options, 0);
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kInvalidArgument);
+  // One node with static rank 2 cannot complete even after the last call.
+  EXPECT_FALSE(DecideForming(kT0 + absl::Seconds(50), s).complete);
+}
+
+TEST(Forming, NnodesMustAgreeWithTheRun) {
+  RunState s = NewRun("run", Options(2, 3));
+  auto r = ApplyJoin(kT0, &s, Node("a"), Options(2, 4), 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("has nnodes 2:3"), std::string::npos) << r.status();
+}
+
+// --- active rounds -----------------------------------------------------------
+
+RunState ActiveRun(int min_nodes, int max_nodes, std::vector<std::string> ids) {
+  RunState s = NewRun("run", Options(min_nodes, max_nodes));
+  RoundOptions o = s.options;
+  for (const std::string& id : ids) EXPECT_TRUE(ApplyJoin(kT0, &s, Node(id), o, 0).ok());
+  if (s.active_round == 0) ApplyTick(kT0 + o.last_call_timeout, &s);
+  EXPECT_EQ(s.active_round, 1);
+  return s;
+}
+
+TEST(Active, KeepAlivesKeepParticipantsAlive) {
+  RunState s = ActiveRun(2, 2, {"a", "b"});
+  absl::Time t = kT0 + absl::Seconds(10);
+  ApplyKeepAlive(t, &s, KeepAliveOf(s, "a"));
+  ApplyKeepAlive(t, &s, KeepAliveOf(s, "b"));
+  EXPECT_TRUE(FindDeadParticipants(t + absl::Seconds(15), s).empty());
+  EXPECT_EQ(FindDeadParticipants(t + absl::Seconds(15.001), s).size(), 2u);
+}
+
+TEST(Active, DeadNodeEndsTheRoundAndSurvivorsFormTheNext) {
+  RunState s = ActiveRun(2, 3, {"a", "b", "c"});
+  absl::Time t = kT0 + absl::Seconds(14);
+  ApplyKeepAlive(t, &s, KeepAliveOf(s, "a"));
+  ApplyKeepAlive(t, &s, KeepAliveOf(s, "c"));
+  int64_t version = s.version;
+  TickResult tick = ApplyTick(kT0 + absl::Seconds(16), &s);
+  EXPECT_TRUE(tick.round_ended);
+  EXPECT_NE(tick.reason.find("node 'b'"), std::string::npos) << tick.reason;
+  EXPECT_GT(s.version, version);
+  v1::RunEvent e = EventFor(s, "a", 1);
+  EXPECT_FALSE(e.round_current());
+  EXPECT_NE(e.reason().find("'b'"), std::string::npos);
+  EXPECT_EQ(s.forming_round, 2);
+  // Survivors re-join (having seen round 1); c first, yet a keeps rank 0.
+  absl::Time t2 = kT0 + absl::Seconds(17);
+  Join(&s, t2, "c", 1);
+  Join(&s, t2, "a", 1);
+  ApplyTick(t2 + absl::Seconds(10), &s);
+  EXPECT_EQ(s.active_round, 2);
+  EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "c"}));
+}
+
+TEST(Active, NewcomerWithRoomEndsTheRound) {
+  RunState s = ActiveRun(1, 3, {"a", "b"});
+  JoinResult r = Join(&s, kT0 + absl::Seconds(1), "n");
+  EXPECT_EQ(r.outcome, JoinResult::Outcome::kPending);
+  v1::RunEvent e = EventFor(s, "a", 1);
+  EXPECT_FALSE(e.round_current());
+  EXPECT_NE(e.reason().find("'n' waits to join"), std::string::npos) << e.reason();
+  EXPECT_EQ(s.forming_round, 2);
+  Join(&s, kT0 + absl::Seconds(2), "b", 1);
+  JoinResult last = Join(&s, kT0 + absl::Seconds(2), "a", 1);
+  EXPECT_EQ(last.outcome, JoinResult::Outcome::kComplete);
+  EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "b", "n"}));
+}
+
+TEST(Active, NewcomerToAFullRoundIsASpareAdmittedWhenANodeLeaves) {
+  RunState s = ActiveRun(2, 2, {"a", "b"});
+  JoinResult r = Join(&s, kT0 + absl::Seconds(1), "s");
+  EXPECT_EQ(r.outcome, JoinResult::Outcome::kSpare);
+  v1::RunEvent e = EventFor(s, "a", 1);
+  EXPECT_TRUE(e.round_current());
+  EXPECT_EQ(e.waiting_nodes(), 1);
+  // Asking again keeps it a spare.
+  EXPECT_EQ(Join(&s, kT0 + absl::Seconds(2), "s").outcome, JoinResult::Outcome::kSpare);
+  EXPECT_TRUE(ApplyLeave(kT0 + absl::Seconds(3), &s, "b", "done"));
+  EXPECT_FALSE(EventFor(s, "a", 1).round_current());
+  EXPECT_EQ(s.joiners.size(), 1u);
+  EXPECT_EQ(s.joiners[0].node.node_id(), "s");
+  JoinResult done = Join(&s, kT0 + absl::Seconds(4), "a", 1);
+  EXPECT_EQ(done.outcome, JoinResult::Outcome::kComplete);
+  EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "s"}));
+}
+
+TEST(Active, RejoinWithTheCurrentRoundStartsTheNextOne) {
+  RunState s = ActiveRun(1, 2, {"a", "b"});
+  JoinResult r = Join(&s, kT0 + absl::Seconds(1), "a", 1);
+  EXPECT_EQ(r.outcome, JoinResult::Outcome::kPending);
+  EXPECT_EQ(s.forming_round, 2);
+  EXPECT_NE(s.end_reason.find("'a' re-joined"), std::string::npos);
+}
+
+TEST(Active, RejoinFromAnEarlierRoundRepeatsTheLostAnswer) {
+  RunState s = ActiveRun(1, 2, {"a", "b"});
+  JoinResult r = Join(&s, kT0 + absl::Seconds(1), "b", 0);
+  EXPECT_EQ(r.outcome, JoinResult::Outcome::kComplete);
+  EXPECT_EQ(r.assignment.round(), 1);
+  EXPECT_EQ(r.assignment.group_rank(), 1);
+  EXPECT_TRUE(EventFor(s, "a", 1).round_current());
+}
+
+TEST(Active, RoundNumbersStayAboveTheHighestSeen) {
+  RunState s = NewRun("run", Options(1, 1));
+  Join(&s, kT0, "a", 41);
+  EXPECT_EQ(s.active_round, 42);
+}
+
+TEST(Close, LaterJoinsFailNamingTheRun) {
+  RunState s = ActiveRun(1, 2, {"a", "b"});
+  ApplyClose(kT0 + absl::Seconds(1), &s, "training finished");
+  v1::RunEvent e = EventFor(s, "a", 1);
+  EXPECT_TRUE(e.run_closed());
+  EXPECT_FALSE(e.round_current());
+  auto r = ApplyJoin(kT0 + absl::Seconds(2), &s, Node("c"), s.options, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("run 'run' is closed"), std::string::npos);
+  EXPECT_EQ(NextDeadline(s), kT0 + absl::Seconds(1) + s.options.close_timeout);
+}
+
+// --- server restart ----------------------------------------------------------
+
+TEST(ReRegister, RecreatesTheRoundFromAnAssignment) {
+  RunState old = ActiveRun(2, 3, {"a", "b", "c"});
+  v1::KeepAliveRequest ka = KeepAliveOf(old, "b");
+  RunState fresh = NewRun("run", old.options);
+  ASSERT_TRUE(ReRegister(kT0 + absl::Minutes(1), &fresh, ka));
+  EXPECT_EQ(fresh.active_round, 1);
+  EXPECT_EQ(Ids(fresh), Ids(old));
+  EXPECT_TRUE(EventFor(fresh, "c", 1).round_current());
+  EXPECT_FALSE(ReRegister(kT0 + absl::Minutes(1), &fresh, ka));  // known now
+  // Others count as alive until their own deadline.
+  EXPECT_TRUE(FindDeadParticipants(kT0 + absl::Minutes(1) + absl::Seconds(15), fresh).empty());
+  EXPECT_EQ(FindDeadParticipants(kT0 + absl::Minutes(1) + absl::Seconds(16), fresh).size(), 3u);
+}
+
+TEST(ReRegister, AFormingRoundFromAJoinIsRenumberedAboveIt) {
+  RunState old = ActiveRun(1, 3, {"a", "b"});
+  for (int i = 0; i < 4; ++i) {  // reach round 5
+    Join(&old, kT0, "a", old.active_round);
+    Join(&old, kT0, "b", old.active_round);
+    ApplyTick(kT0 + absl::Seconds(10), &old);
+  }
+  ASSERT_EQ(old.active_round, 5);
+  RunState fresh = NewRun("run", old.options);
+  Join(&fresh, kT0, "newcomer", 0);  // forms "round 1" before anyone re-registers
+  ASSERT_TRUE(ReRegister(kT0, &fresh, KeepAliveOf(old, "a")));
+  EXPECT_EQ(fresh.active_round, 5);
+  EXPECT_TRUE(fresh.active_ended);
+  EXPECT_EQ(fresh.forming_round, 6);
+}
+
+TEST(NextDeadline, IsTheEarliestPendingDeadline) {
+  RunState s = NewRun("run", Options(3, 3));
+  EXPECT_EQ(NextDeadline(s), absl::InfiniteFuture());
+  Join(&s, kT0, "a");
+  SetPolling(kT0, &s, "a", true);
+  EXPECT_EQ(NextDeadline(s), kT0 + absl::Seconds(100));
+  SetPolling(kT0 + absl::Seconds(1), &s, "a", false);
+  EXPECT_EQ(NextDeadline(s), kT0 + absl::Seconds(16));
+}
+
+}  // namespace
+}  // namespace cpptorchrun::rdzv
