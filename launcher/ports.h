@@ -1,0 +1,32 @@
+// Ports: finding a TCP port that is free on this node (MASTER_PORT, the
+// embedded rendezvous), behind an interface so tests can pin ports.
+#ifndef CPPTORCHRUN_LAUNCHER_PORTS_H_
+#define CPPTORCHRUN_LAUNCHER_PORTS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cpptorchrun::launcher {
+
+// Thread-safe.
+class PortFinder {
+ public:
+  virtual ~PortFinder() = default;
+  // A port that nothing listens on or is bound to at `host` (an address;
+  // empty: any IPv4 address) at the time of the call. Errors: no address,
+  // no socket.
+  virtual absl::StatusOr<int> FindFreePort(const std::string& host) = 0;
+};
+
+// Asks the kernel for an ephemeral port by binding port 0 (without
+// SO_REUSEADDR, so a port in use is never returned), then releases it.
+std::unique_ptr<PortFinder> NewRealPortFinder();
+
+// True when `port` can be bound on `host` right now.
+bool PortIsFree(const std::string& host, int port);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_PORTS_H_

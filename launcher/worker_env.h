@@ -1,0 +1,43 @@
+// The environment of one worker: exactly torchrun's variables plus
+// cpptorchrun's own, as docs/ENVIRONMENT.md lists them (the contract with
+// the worker). A pure function of its inputs.
+#ifndef CPPTORCHRUN_LAUNCHER_WORKER_ENV_H_
+#define CPPTORCHRUN_LAUNCHER_WORKER_ENV_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace cpptorchrun::launcher {
+
+struct WorkerEnvInputs {
+  // The launcher's own environment, passed through beneath ours.
+  std::map<std::string, std::string> base;
+  std::string role = "default";
+  int local_rank = 0;
+  int local_world_size = 1;
+  // From the round's assignment.
+  int group_rank = 0;
+  int group_world_size = 1;
+  int rank_offset = 0;  // global rank of this node's local rank 0
+  int world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int64_t round = 0;
+  // Supervision.
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id;
+  std::string error_file;
+  std::string agent_socket;        // empty: not set
+  std::string rdzv_endpoint;       // empty: not set
+  std::string rdzv_token_file;     // empty: not set
+  std::string local_addr;          // empty: not set
+  int fake_gpus = 0;               // 0: real devices, no CPPTORCHRUN_FAKE_GPU(S)
+};
+
+std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_WORKER_ENV_H_
