@@ -1,0 +1,67 @@
+// The run's final figures and their JSON form (--metrics_json), and the
+// per-step report the trainer hands its observers (console progress,
+// heartbeats). No LibTorch here.
+#ifndef CPPTORCHRUN_WORKER_METRICS_H_
+#define CPPTORCHRUN_WORKER_METRICS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace cpptorchrun::worker {
+
+struct TrainMetrics {
+  int world_size = 1;
+  int64_t epochs = 0;
+  // Optimizer steps and batches this run took (after any resume).
+  int64_t steps = 0;
+  // Training samples processed by all ranks together in this run.
+  int64_t samples = 0;
+  double train_seconds = 0;
+  // The whole job's: samples / train_seconds.
+  double samples_per_s = 0;
+  // On the t10k split, in [0, 1]; negative when not evaluated.
+  double test_accuracy = -1;
+  // Mean training loss over the last epoch trained, averaged over ranks.
+  double final_loss = 0;
+  int64_t restart_count = 0;
+  // The global batch index restored from a checkpoint; -1 when none.
+  int64_t resumed_from_step = -1;
+  std::string backend;
+};
+
+// One JSON object with the keys of TrainMetrics.
+std::string MetricsToJson(const TrainMetrics& metrics);
+
+// Writes MetricsToJson to `path` (replaced atomically). Errors name the path.
+absl::Status WriteMetricsJson(const std::string& path, const TrainMetrics& metrics);
+
+// Progress after one batch, as rank `rank` sees it.
+struct StepReport {
+  int rank = 0;
+  int64_t epoch = 0;   // 0-based
+  int64_t epochs = 0;
+  int64_t step_in_epoch = 0;  // batches done in this epoch (1-based after the first)
+  int64_t steps_in_epoch = 0;
+  int64_t global_step = 0;  // batches done since the job began
+  int64_t total_steps = 0;
+  double loss = 0;
+  // The whole job's throughput since this run started.
+  double samples_per_s = 0;
+  double elapsed_seconds = 0;
+};
+
+// What the trainer tells about its progress. Called on the training thread;
+// implementations must be quick (hand off to their own threads).
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void OnStep(const StepReport& report) {}
+  virtual void OnResumed(int64_t global_step) {}
+  virtual void OnFinished(const TrainMetrics& metrics) {}
+};
+
+}  // namespace cpptorchrun::worker
+
+#endif  // CPPTORCHRUN_WORKER_METRICS_H_

@@ -1,0 +1,255 @@
+// Tests of the training loop on a small synthetic data set: DDP
+// equivalence (two ranks of batch 32 = one of batch 64), gradient
+// accumulation, resume after a simulated kill (same final parameters),
+// fallback past a corrupt checkpoint, and re-sharding over a new world size.
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/store.h"
+#include "worker/checkpoint.h"
+#include "worker/gloo_comm.h"
+
+namespace cpptorchrun::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+Dataset Synthetic(int64_t n, uint32_t seed) {
+  Dataset data;
+  data.images.count = n;
+  data.images.rows = 28;
+  data.images.cols = 28;
+  std::mt19937 gen(seed);
+  data.images.pixels.resize(n * 784);
+  data.labels.labels.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int label = static_cast<int>(gen() % 10);
+    data.labels.labels[i] = static_cast<uint8_t>(label);
+    // Learnable: a bright band whose place depends on the label, plus noise.
+    for (int64_t p = 0; p < 784; ++p) {
+      int v = static_cast<int>(gen() % 64) + ((p / 78) == label ? 160 : 0);
+      data.images.pixels[i * 784 + p] = static_cast<uint8_t>(std::min(v, 255));
+    }
+  }
+  return data;
+}
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+                    "/" + name;
+  std::system(("rm -rf " + dir).c_str());
+  return dir;
+}
+
+struct Outcome {
+  absl::Status status;
+  TrainMetrics metrics;
+  std::vector<float> params;
+  std::vector<std::string> warnings;
+};
+
+// Trains on `world` ranks (threads, Gloo on loopback; a single-process
+// communicator for one) and returns rank 0's outcome.
+Outcome TrainOn(int world, TrainConfig config, const Dataset& train, const Dataset* test = nullptr) {
+  std::vector<Outcome> runs(world);
+  if (world == 1) {
+    std::unique_ptr<Communicator> comm = NewSingleProcessCommunicator();
+    TrainDeps deps;
+    deps.comm = comm.get();
+    deps.train = &train;
+    deps.test = test;
+    deps.final_parameters = &runs[0].params;
+    deps.warn = [&](const std::string& w) { runs[0].warnings.push_back(w); };
+    absl::StatusOr<TrainMetrics> m = Train(config, deps);
+    runs[0].status = m.status();
+    if (m.ok()) runs[0].metrics = *m;
+    return runs[0];
+  }
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.store = store.get();
+      gloo.rank = rank;
+      gloo.world_size = world;
+      gloo.timeout = absl::Seconds(60);
+      auto comm = NewGlooCommunicator(gloo);
+      if (!comm.ok()) {
+        runs[rank].status = comm.status();
+        return;
+      }
+      TrainDeps deps;
+      deps.comm = comm->get();
+      deps.train = &train;
+      deps.test = test;
+      deps.final_parameters = &runs[rank].params;
+      deps.warn = [&, rank](const std::string& w) { runs[rank].warnings.push_back(w); };
+      absl::StatusOr<TrainMetrics> m = Train(config, deps);
+      runs[rank].status = m.status();
+      if (m.ok()) runs[rank].metrics = *m;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 1; rank < world; ++rank) {
+    if (runs[rank].status.ok() && runs[0].status.ok()) {
+      EXPECT_EQ(runs[rank].params, runs[0].params) << "rank " << rank << " diverged";
+    }
+  }
+  return runs[0];
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+TrainConfig Small() {
+  TrainConfig config;
+  config.epochs = 1;
+  config.seed = 5;
+  return config;
+}
+
+TEST(Trainer, TwoRanksOfBatch32EqualOneOfBatch64) {
+  Dataset data = Synthetic(640, 1);
+  TrainConfig one = Small();
+  one.batch_size = 64;
+  TrainConfig two = Small();
+  two.batch_size = 32;
+  Outcome single = TrainOn(1, one, data);
+  Outcome pair = TrainOn(2, two, data);
+  ASSERT_TRUE(single.status.ok()) << single.status;
+  ASSERT_TRUE(pair.status.ok()) << pair.status;
+  EXPECT_EQ(single.metrics.steps, 10);
+  EXPECT_EQ(pair.metrics.steps, 10);
+  EXPECT_EQ(pair.metrics.samples, 640);
+  ASSERT_FALSE(single.params.empty());
+  EXPECT_LE(MaxAbsDiff(single.params, pair.params), 1e-5f);
+  // And training did move the parameters.
+  Outcome untrained = single;
+  TrainConfig none = one;
+  none.lr = 1e-12;
+  untrained = TrainOn(1, none, data);
+  EXPECT_GT(MaxAbsDiff(single.params, untrained.params), 1e-3f);
+}
+
+TEST(Trainer, GradientAccumulationEqualsTheLargerBatch) {
+  Dataset data = Synthetic(512, 2);
+  TrainConfig big = Small();
+  big.batch_size = 64;
+  TrainConfig accumulated = Small();
+  accumulated.batch_size = 32;
+  accumulated.grad_accum_steps = 2;
+  Outcome a = TrainOn(1, big, data);
+  Outcome b = TrainOn(1, accumulated, data);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(b.metrics.steps, 16);
+  EXPECT_LE(MaxAbsDiff(a.params, b.params), 1e-5f);
+}
+
+TEST(Trainer, LearnsTheSyntheticTask) {
+  Dataset train = Synthetic(1024, 3);
+  Dataset test = Synthetic(300, 4);
+  TrainConfig config = Small();
+  config.epochs = 2;
+  Outcome run = TrainOn(2, config, train, &test);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_GT(run.metrics.test_accuracy, 0.9);
+  EXPECT_EQ(run.metrics.world_size, 2);
+  EXPECT_EQ(run.metrics.resumed_from_step, -1);
+  EXPECT_TRUE(std::isfinite(run.metrics.final_loss));
+}
+
+TEST(Trainer, ResumeAfterAKillEndsWithTheSameParameters) {
+  Dataset data = Synthetic(640, 6);
+  TrainConfig config = Small();
+  config.epochs = 2;
+  config.checkpoint_every = 3;
+  config.checkpoint_dir = FreshDir("uninterrupted");
+  Outcome whole = TrainOn(1, config, data);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+
+  config.checkpoint_dir = FreshDir("interrupted");
+  TrainConfig killed = config;
+  killed.fail_after_steps = 15;  // epoch 1, batch 5; last checkpoint after step 12
+  Outcome first = TrainOn(1, killed, data);
+  EXPECT_EQ(first.status.code(), absl::StatusCode::kAborted);
+  Outcome rest = TrainOn(1, config, data);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.metrics.resumed_from_step, 12);
+  EXPECT_EQ(rest.metrics.steps, 20 - 12);
+  EXPECT_EQ(rest.params, whole.params);
+}
+
+TEST(Trainer, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  Dataset data = Synthetic(640, 7);
+  TrainConfig config = Small();
+  config.epochs = 2;
+  config.batch_size = 32;  // 10 batches per rank and epoch
+  config.checkpoint_every = 2;
+  config.checkpoint_dir = FreshDir("clean");
+  Outcome whole = TrainOn(2, config, data);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+
+  config.checkpoint_dir = FreshDir("corrupt");
+  TrainConfig killed = config;
+  killed.fail_after_steps = 15;  // checkpoints after batches 12 and 14
+  EXPECT_FALSE(TrainOn(2, killed, data).status.ok());
+  auto files = ListCheckpoints(config.checkpoint_dir);
+  ASSERT_GE(files.size(), 2u);
+  ASSERT_EQ(files[0].first, 14);
+  ASSERT_EQ(::truncate(files[0].second.c_str(), 100), 0);
+  Outcome rest = TrainOn(2, config, data);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.metrics.resumed_from_step, 12);
+  ASSERT_EQ(rest.warnings.size(), 1u);
+  EXPECT_THAT(rest.warnings[0], HasSubstr(CheckpointFileName(14)));
+  EXPECT_LE(MaxAbsDiff(rest.params, whole.params), 0.0f);
+}
+
+TEST(Trainer, ResumeOnAnotherWorldSizeTrainsTheRestOfTheEpochOnce) {
+  Dataset data = Synthetic(640, 8);
+  TrainConfig config = Small();
+  config.batch_size = 32;
+  config.checkpoint_every = 4;
+  config.checkpoint_dir = FreshDir("reshard");
+  TrainConfig killed = config;
+  killed.fail_after_steps = 5;  // checkpoint after 4 steps of 2 x 32 samples
+  EXPECT_FALSE(TrainOn(2, killed, data).status.ok());
+  Outcome rest = TrainOn(1, config, data);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.metrics.resumed_from_step, 4);
+  EXPECT_EQ(rest.metrics.samples, 640 - 4 * 2 * 32);
+}
+
+TEST(Trainer, RejectsBadConfig) {
+  TrainConfig config;
+  config.batch_size = 0;
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--batch_size"));
+  config = TrainConfig();
+  config.grad_accum_steps = 0;
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--grad_accum_steps"));
+  Dataset data = Synthetic(10, 9);
+  data.images.cols = 27;
+  data.images.pixels.resize(10 * 28 * 27);
+  std::unique_ptr<Communicator> comm = NewSingleProcessCommunicator();
+  TrainDeps deps;
+  deps.comm = comm.get();
+  deps.train = &data;
+  EXPECT_THAT(Train(TrainConfig(), deps).status().message(), HasSubstr("756 pixels"));
+}
+
+}  // namespace
+}  // namespace cpptorchrun::worker
