@@ -1,0 +1,468 @@
+// The elastic agent's loop.
+#include "launcher/elastic_agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "launcher/error_file.h"
+#include "launcher/restart_policy.h"
+#include "launcher/worker_env.h"
+#include "spdlog/spdlog.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+// Waits for SIGKILLed processes to be reaped at most this long.
+constexpr absl::Duration kKillWait = absl::Seconds(10);
+// Output still held by a grandchild after the group is gone is dropped after this.
+constexpr absl::Duration kDrainWait = absl::Seconds(2);
+// A job may re-rendezvous this often at most (membership changes included).
+constexpr int kMaxRounds = 100000;
+constexpr char kExitBarrierKey[] = "cpptorchrun/exit_barrier";
+constexpr char kExitBarrierDoneKey[] = "cpptorchrun/exit_barrier_done";
+
+void MakeDirs(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos == path.size() || path[pos] == '/') {
+      mkdir(path.substr(0, pos).c_str(), 0755);
+    }
+  }
+}
+
+}  // namespace
+
+std::string ExpandLinePrefix(const std::string& templ, const std::string& role, int rank,
+                             int local_rank) {
+  const std::string t = templ.empty() ? "[${role_name}${local_rank}]:" : templ;
+  return absl::StrReplaceAll(t, {{"${role_name}", role},
+                                 {"${local_rank}", absl::StrCat(local_rank)},
+                                 {"${rank}", absl::StrCat(rank)},
+                                 {"$role_name", role},
+                                 {"$local_rank", absl::StrCat(local_rank)},
+                                 {"$rank", absl::StrCat(rank)}});
+}
+
+ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)) { host_ = o_.node.host(); }
+
+bool ElasticAgent::IsStopSignal(int signo) const {
+  return std::find(o_.stop_signals.begin(), o_.stop_signals.end(), signo) != o_.stop_signals.end();
+}
+
+std::string ElasticAgent::Prefix(int local_rank, int rank) const {
+  return ExpandLinePrefix(o_.log_line_prefix_template, o_.role, rank, local_rank);
+}
+
+void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
+  workers_.clear();
+  const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
+  std::vector<int64_t> pids;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    Worker w;
+    w.local_rank = lr;
+    w.rank = a.rank_offset() + lr;
+    const std::string dir = absl::StrCat(attempt_dir, "/", lr);
+    MakeDirs(dir);
+    w.error_file = dir + "/error.json";
+    unlink(w.error_file.c_str());
+
+    WorkerEnvInputs in;
+    in.base = o_.base_env;
+    in.role = o_.role;
+    in.local_rank = lr;
+    in.local_world_size = o_.local_world_size;
+    in.group_rank = a.group_rank();
+    in.group_world_size = a.group_world_size();
+    in.rank_offset = a.rank_offset();
+    in.world_size = a.world_size();
+    in.master_addr = a.master_addr();
+    in.master_port = a.master_port();
+    in.round = a.round();
+    in.restart_count = restart_count;
+    in.max_restarts = o_.max_restarts;
+    in.run_id = o_.run_id;
+    in.error_file = w.error_file;
+    in.agent_socket = o_.agent_socket;
+    in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
+    in.rdzv_token_file = o_.rdzv_token_file;
+    in.local_addr = host_;
+    in.fake_gpus = o_.fake_gpus;
+
+    ProcessSpec spec;
+    spec.argv = o_.program_argv;
+    spec.env = BuildWorkerEnv(in);
+    const bool shown = o_.local_ranks_filter.empty() ||
+                       std::find(o_.local_ranks_filter.begin(), o_.local_ranks_filter.end(), lr) !=
+                           o_.local_ranks_filter.end();
+    const int redirect = o_.redirects.ForLocalRank(lr);
+    const int tee = o_.tee.ForLocalRank(lr);
+    const std::string prefix = Prefix(lr, w.rank);
+    auto sink = [&](int bit, int console_fd, const char* file) {
+      StreamSink s;
+      s.prefix = prefix;
+      s.console_fd = (shown && !(redirect & bit)) ? console_fd : -1;
+      if ((redirect | tee) & bit) s.file_path = absl::StrCat(dir, "/", file);
+      return s;
+    };
+    spec.stdout_sink = sink(kStdOut, 1, "stdout.log");
+    spec.stderr_sink = sink(kStdErr, 2, "stderr.log");
+
+    auto pid = o_.processes->Start(spec);
+    if (!pid.ok()) {
+      spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
+      w.exited = true;
+      w.status = ExitStatus::Exited(127);
+      FailureRecord f;
+      f.rank = w.rank;
+      f.local_rank = lr;
+      f.host = host_;
+      f.status = w.status;
+      f.time = o_.clock->Now();
+      f.message = std::string(pid.status().message());
+      f.sequence = exit_sequence_++;
+      w.failure = f;
+    } else {
+      w.pid = *pid;
+    }
+    pids.push_back(w.pid);
+    workers_.push_back(std::move(w));
+  }
+  if (o_.progress != nullptr) o_.progress->Reset(pids);
+  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt,
+                restart_count);
+}
+
+bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
+  for (Worker& w : workers_) {
+    if (w.pid != pid || w.exited) continue;
+    w.exited = true;
+    w.status = status;
+    if (!status.success() && !w.stopping) {
+      FailureRecord f;
+      f.rank = w.rank;
+      f.local_rank = w.local_rank;
+      f.host = host_;
+      f.status = status;
+      f.pid = pid;
+      f.time = o_.clock->Now();
+      f.sequence = exit_sequence_++;
+      auto err = ReadErrorFile(w.error_file);
+      if (err.ok()) {
+        f.error_file = w.error_file;
+        f.message = err->message;
+        f.traceback = err->traceback;
+        f.error_timestamp = err->timestamp;
+      } else if (err.status().code() != absl::StatusCode::kNotFound) {
+        f.error_file = w.error_file;
+        f.message = absl::StrCat("unreadable error file: ", err.status().message());
+      }
+      w.failure = f;
+      spdlog::warn("worker rank {} (local rank {}, pid {}) failed: {}", w.rank, w.local_rank, pid,
+                   status.ToString());
+    }
+    return true;
+  }
+  return false;
+}
+
+ElasticAgent::MonitorResult ElasticAgent::Monitor() {
+  for (;;) {
+    const absl::Time now = o_.clock->Now();
+    std::vector<WorkerView> views;
+    for (const Worker& w : workers_) {
+      WorkerView v;
+      v.exited = w.exited;
+      v.status = w.status;
+      if (o_.progress != nullptr && !w.exited) {
+        v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+        v.finished = o_.progress->Finished(w.local_rank);
+      }
+      views.push_back(v);
+    }
+    GroupCheck check = CheckGroup(views, now, o_.worker_timeout, o_.monitor_interval);
+    if (check.outcome == GroupOutcome::kFailed) {
+      for (int lr : check.hung) {
+        Worker& w = workers_[lr];
+        auto last = o_.progress->LastHeartbeat(lr);
+        FailureRecord f;
+        f.rank = w.rank;
+        f.local_rank = lr;
+        f.host = host_;
+        f.status = ExitStatus::Killed(SIGKILL);
+        f.pid = w.pid;
+        f.time = now;
+        f.sequence = exit_sequence_++;
+        f.message = absl::StrCat("hung: no heartbeat for ",
+                                 absl::FormatDuration(now - last.value_or(now)),
+                                 " (--worker_timeout ", absl::FormatDuration(o_.worker_timeout),
+                                 "); killed");
+        w.failure = f;
+        w.stopping = true;
+        spdlog::warn("worker rank {} (local rank {}, pid {}) is hung: killing it", w.rank, lr, w.pid);
+        o_.processes->SignalGroup(w.pid, SIGKILL);
+      }
+      return {Outcome::kFailed, 0, ""};
+    }
+    if (check.outcome == GroupOutcome::kSucceeded) return {Outcome::kSucceeded, 0, ""};
+    if (o_.round_monitor != nullptr) {
+      RoundEnd end = o_.round_monitor->Poll();
+      if (end.ended) {
+        return {end.run_closed ? Outcome::kRunClosed : Outcome::kMembership, 0, end.reason};
+      }
+    }
+    for (const ProcessEvent& e : o_.processes->Wait(check.next_check)) {
+      if (e.kind == ProcessEvent::Kind::kExited) {
+        RecordExit(e.pid, e.status);
+      } else if (e.kind == ProcessEvent::Kind::kSignal) {
+        if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, ""};
+        spdlog::info("forwarding {} to the workers", SignalName(e.signo));
+        for (const Worker& w : workers_) {
+          if (!w.exited) o_.processes->SignalGroup(w.pid, e.signo);
+        }
+      }
+    }
+  }
+}
+
+void ElasticAgent::StopWorkers(int signo) {
+  auto live = [this] {
+    return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
+  };
+  for (Worker& w : workers_) {
+    w.stopping = true;
+    if (!w.exited) o_.processes->SignalGroup(w.pid, signo);
+  }
+  bool escalate = false;
+  const absl::Time grace = o_.clock->Now() + o_.shutdown_timeout;
+  while (live() && !escalate && o_.clock->Now() < grace) {
+    for (const ProcessEvent& e : o_.processes->Wait(grace)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+      // A second stop signal while stopping: no more grace.
+      if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) escalate = true;
+    }
+  }
+  if (live()) {
+    spdlog::warn("workers still alive after {}: sending SIGKILL", absl::FormatDuration(o_.shutdown_timeout));
+  }
+  for (Worker& w : workers_) {
+    // Also sweeps what is left of the group (the worker's own children).
+    if (w.pid > 0) o_.processes->SignalGroup(w.pid, SIGKILL);
+  }
+  const absl::Time kill_deadline = o_.clock->Now() + kKillWait;
+  while (live() && o_.clock->Now() < kill_deadline) {
+    for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+    }
+  }
+  o_.processes->DrainOutput(absl::Now() + kDrainWait);
+}
+
+std::vector<FailureRecord> ElasticAgent::Failures() const {
+  std::vector<FailureRecord> out;
+  for (const Worker& w : workers_) {
+    if (w.failure.has_value()) out.push_back(*w.failure);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FailureRecord& a, const FailureRecord& b) { return a.sequence < b.sequence; });
+  return out;
+}
+
+bool ElasticAgent::Interruptible(const std::function<void()>& fn, int* signo) {
+  struct Shared {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  ProcessLauncher* processes = o_.processes;
+  // The helper may outlive this call when a signal comes first: it then
+  // owns what it touches (the process exits soon after).
+  std::thread helper([shared, fn, processes] {
+    fn();
+    {
+      absl::MutexLock lock(&shared->mu);
+      shared->done = true;
+    }
+    processes->Wakeup();
+  });
+  auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
+  {
+    // Most calls answer at once: wait for that without touching the
+    // launcher's events.
+    absl::MutexLock lock(&shared->mu);
+    shared->mu.AwaitWithTimeout(absl::Condition(&is_done), o_.blocking_call_grace);
+  }
+  for (;;) {
+    {
+      absl::MutexLock lock(&shared->mu);
+      if (shared->done) break;
+    }
+    for (const ProcessEvent& e : o_.processes->Wait(o_.clock->Now() + o_.monitor_interval)) {
+      if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) {
+        *signo = e.signo;
+        helper.detach();
+        return false;
+      }
+    }
+  }
+  helper.join();
+  return true;
+}
+
+bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id,
+                               int64_t round, int group_world_size, absl::Duration timeout) {
+  if (group_world_size <= 1) return true;
+  std::unique_ptr<rdzv::Store> store = client->OpenStore(run_id, round);
+  auto n = store->Add(kExitBarrierKey, 1);
+  if (!n.ok()) {
+    spdlog::warn("exit barrier: {}", n.status().ToString());
+    return false;
+  }
+  if (*n >= group_world_size) return store->Set(kExitBarrierDoneKey, "1").ok();
+  auto got = store->Get(kExitBarrierDoneKey, timeout);
+  if (!got.ok()) {
+    spdlog::warn("exit barrier: not every node finished within {}: {}", absl::FormatDuration(timeout),
+                 got.status().ToString());
+    return false;
+  }
+  return true;
+}
+
+AgentResult ElasticAgent::Run() {
+  AgentResult result;
+  int restart_count = 0;
+  int64_t last_round = 0;
+  int attempt = 0;
+  auto leave = [this](const std::string& reason) {
+    auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason);
+    if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
+  };
+  for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
+    // Join a round.
+    rdzv::v1::JoinRequest req;
+    req.set_run_id(o_.run_id);
+    *req.mutable_node() = o_.node;
+    *req.mutable_options() = o_.run_options;
+    req.set_last_round(last_round);
+    if (o_.fixed_master_port > 0) {
+      req.mutable_node()->set_free_port(o_.fixed_master_port);
+    } else {
+      auto port = o_.ports->FindFreePort(host_);
+      if (!port.ok()) {
+        spdlog::error("no free port on {}: {}", host_, port.status().ToString());
+        result.exit_code = 1;
+        return result;
+      }
+      req.mutable_node()->set_free_port(*port);
+    }
+    auto joined = std::make_shared<absl::StatusOr<rdzv::v1::Assignment>>(
+        absl::UnknownError("not joined"));
+    int signo = 0;
+    rdzv::RendezvousClient* client = o_.rdzv;
+    if (!Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo)) {
+      spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
+      leave(absl::StrCat("signal ", SignalName(signo)));
+      result.exit_code = 128 + signo;
+      return result;
+    }
+    if (!joined->ok()) {
+      spdlog::error("rendezvous failed: {}", joined->status().ToString());
+      result.exit_code = 1;
+      return result;
+    }
+    const rdzv::v1::Assignment a = **joined;
+    last_round = a.round();
+    spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}",
+                 a.round(), a.group_rank(), a.group_world_size(), a.rank_offset(),
+                 a.rank_offset() + o_.local_world_size - 1, a.world_size(), a.master_addr(),
+                 a.master_port(), restart_count);
+    if (o_.round_monitor != nullptr) {
+      ProcessLauncher* processes = o_.processes;
+      o_.round_monitor->Start(a, restart_count, [processes] { processes->Wakeup(); });
+    }
+    StartWorkers(a, restart_count, attempt);
+    ++attempt;
+    result.attempts = attempt;
+    result.restart_count = restart_count;
+    MonitorResult m = Monitor();
+
+    switch (m.outcome) {
+      case Outcome::kSignal: {
+        spdlog::warn("received {}: stopping the workers", SignalName(m.signo));
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(m.signo);
+        leave(absl::StrCat("signal ", SignalName(m.signo)));
+        result.exit_code = 128 + m.signo;
+        return result;
+      }
+      case Outcome::kSucceeded: {
+        int sig = 0;
+        rdzv::RendezvousClient* client = o_.rdzv;
+        const std::string run_id = o_.run_id;
+        const int64_t round = a.round();
+        const int gws = a.group_world_size();
+        const absl::Duration timeout = o_.exit_barrier_timeout;
+        if (!Interruptible([client, run_id, round, gws, timeout] {
+              ExitBarrier(client, run_id, round, gws, timeout);
+            }, &sig)) {
+          if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+          leave("signal during exit barrier");
+          result.exit_code = 128 + sig;
+          return result;
+        }
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        leave("finished");
+        o_.processes->DrainOutput(absl::Now() + kDrainWait);
+        spdlog::info("all {} workers finished", workers_.size());
+        result.exit_code = 0;
+        return result;
+      }
+      case Outcome::kMembership: {
+        spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", a.round(),
+                     m.reason);
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        continue;
+      }
+      case Outcome::kRunClosed: {
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        spdlog::error("the run was closed: {}", m.reason);
+        result.exit_code = 1;
+        return result;
+      }
+      case Outcome::kFailed: {
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        std::vector<FailureRecord> failures = Failures();
+        result.failures = failures;
+        int root = RootCauseIndex(failures);
+        const FailureRecord& rc = failures[std::max(root, 0)];
+        NextAction next = DecideNext(StopCause::kWorkerFailed, restart_count, o_.max_restarts);
+        if (next == NextAction::kRestartCounted) {
+          ++restart_count;
+          spdlog::warn("worker group failed (rank {}: {}); restarting, {} of {} restarts", rc.rank,
+                       rc.status.ToString(), restart_count, o_.max_restarts);
+          continue;
+        }
+        result.summary = FormatFailureSummary(o_.program_name, failures);
+        if (o_.print_summary) o_.print_summary(result.summary);
+        auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()));
+        if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+        result.exit_code = rc.status.LauncherExitCode();
+        if (result.exit_code == 0) result.exit_code = 1;
+        return result;
+      }
+    }
+  }
+  spdlog::error("gave up after {} rounds", kMaxRounds);
+  result.exit_code = 1;
+  return result;
+}
+
+}  // namespace cpptorchrun::launcher
