@@ -1,0 +1,97 @@
+"""The Python reference for the training benchmark: the seed's listing
+(chapter 1, "How Data Parallelism Works") as written, with Gloo instead of
+NCCL (this machine has no GPU), run under torchrun.
+
+Same model (Linear(784, 512), ReLU, Linear(512, 10)), DDP, DistributedSampler
+with set_epoch, a DataLoader of batch 64, Adam 1e-3, cross-entropy; the same
+Fashion-MNIST IDX files as `train` (read with gzip + numpy instead of
+torchvision, scaled to [0, 1] as ToTensor does). Rank 0 writes the same
+figures as `train --metrics_json`: the job's samples/s over the training
+loop, and the t10k accuracy.
+
+    /usr/bin/python3 bench/torchrun_ref.py --standalone --nproc_per_node=2 \
+        bench/reference_ddp.py --epochs 1 --metrics_json /tmp/ref.json
+"""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def read_idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[0:4], "big")
+    dims = magic & 0xFF
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(images.astype(np.float32) / 255.0).view(-1, 1, 28, 28)
+    y = torch.from_numpy(labels.astype(np.int64))
+    return TensorDataset(x, y)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--metrics_json", default="")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    # Each process gets the SAME model
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10))
+    model = DDP(model)
+
+    dataset = load(args.data_dir, "train")
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    samples = 0
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for X, y in loader:
+            loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            samples += X.shape[0]
+    seconds = time.perf_counter() - start
+
+    total = torch.tensor([samples], dtype=torch.int64)
+    dist.all_reduce(total)
+    test = load(args.data_dir, "t10k")
+    with torch.no_grad():
+        predicted = model.module(test.tensors[0].view(-1, 784)).argmax(1)
+        accuracy = (predicted == test.tensors[1]).float().mean().item()
+    if rank == 0:
+        figures = {"world_size": world_size, "epochs": args.epochs, "samples": int(total.item()),
+                   "train_seconds": seconds, "samples_per_s": total.item() / seconds,
+                   "test_accuracy": accuracy, "final_loss": loss.item()}
+        print(json.dumps(figures))
+        if args.metrics_json:
+            with open(args.metrics_json, "w") as f:
+                json.dump(figures, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

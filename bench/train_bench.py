@@ -1,0 +1,122 @@
+"""The training benchmark: samples/s of one epoch of the seed's MLP on
+Fashion-MNIST at world 1 and world 2, `cpptorchrun ... train` (the C++ DDP
+over Gloo) beside the Python reference (bench/reference_ddp.py under
+torchrun, Gloo), interleaved A, B, A, B in the same run.
+
+Figures come from each job's own metrics JSON (the training loop's time,
+all ranks' samples together), so start-up is not counted on either side.
+Goals (issue 5): at world 2, >= 1.15x the reference's samples/s, and
+scaling efficiency samples/s(2) / (2 x samples/s(1)) >= 92%, at equal
+accuracy.
+
+Standalone:  /usr/bin/python3 bench/train_bench.py --bin <bazel-bin> [--repeat 2]
+In the runner: bench.py registers section_training (section "training").
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+
+
+def _run_json(argv, timeout):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "metrics.json")
+        argv = [a.replace("{metrics}", path) for a in argv]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                           env=env, cwd=ROOT)
+        if p.returncode != 0 or not os.path.exists(path):
+            raise RuntimeError("%s exited %d:\n%s" % (argv[0], p.returncode,
+                                                      p.stdout.decode(errors="replace")[-2000:]))
+        with open(path) as f:
+            return json.load(f)
+
+
+def ours(bin_dir, world, epochs, timeout):
+    launcher = os.path.join(bin_dir, "launcher", "cpptorchrun")
+    train = os.path.join(bin_dir, "worker", "train")
+    return _run_json([launcher, "--standalone", "--nproc_per_node=%d" % world, train,
+                      "--epochs", str(epochs), "--backend", "gloo", "--progress", "none",
+                      "--metrics_json", "{metrics}"], timeout)
+
+
+def reference(world, epochs, timeout):
+    return _run_json([PY, os.path.join(ROOT, "bench", "torchrun_ref.py"), "--standalone",
+                      "--nproc_per_node=%d" % world, os.path.join(ROOT, "bench", "reference_ddp.py"),
+                      "--epochs", str(epochs), "--metrics_json", "{metrics}"], timeout)
+
+
+def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print):
+    """Returns {(who, world): [metrics, ...]}, runs interleaved."""
+    out = {}
+    for _ in range(repeat):
+        for world in (1, 2):
+            runs = [("cpptorchrun", lambda w=world: ours(bin_dir, w, epochs, timeout))]
+            if with_reference:
+                runs.append(("python", lambda w=world: reference(w, epochs, timeout)))
+            for who, fn in runs:
+                m = fn()
+                out.setdefault((who, world), []).append(m)
+                log("%-12s world %d: %7.0f samples/s, accuracy %.4f" % (
+                    who, world, m["samples_per_s"], m["test_accuracy"]))
+    return out
+
+
+def summarise(out):
+    med = {k: statistics.median(m["samples_per_s"] for m in v) for k, v in out.items()}
+    acc = {k: statistics.median(m["test_accuracy"] for m in v) for k, v in out.items()}
+    lines = []
+    for who in ("cpptorchrun", "python"):
+        if (who, 1) in med and (who, 2) in med:
+            eff = med[(who, 2)] / (2 * med[(who, 1)])
+            lines.append("%s: world 1 %.0f, world 2 %.0f samples/s, scaling efficiency %.1f%%, "
+                         "accuracy %.4f / %.4f" % (who, med[(who, 1)], med[(who, 2)], 100 * eff,
+                                                   acc[(who, 1)], acc[(who, 2)]))
+    if ("python", 2) in med and ("cpptorchrun", 2) in med:
+        lines.append("world 2: cpptorchrun / python = %.2fx (goal >= 1.15x)" %
+                     (med[("cpptorchrun", 2)] / med[("python", 2)]))
+    return med, acc, lines
+
+
+def section_training(ctx, res):
+    """For bench/bench.py: figures under training/<who>/world=<n>/."""
+    torch_ok = os.path.exists(PY) and subprocess.run(
+        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+    out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok)
+    for (who, world), runs in out.items():
+        for m in runs:
+            res.add("training/%s/world=%d/samples_per_s" % (who, world), m["samples_per_s"],
+                    "samples/s", better="higher")
+            res.add("training/%s/world=%d/test_accuracy" % (who, world), m["test_accuracy"],
+                    "fraction", better="higher")
+    for line in summarise(out)[2]:
+        res.note("training", line)
+    if not torch_ok:
+        res.note("training", "Python reference not measured: %s has no torch" % PY)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="bazel-bin (of a --config=bench build)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--no_reference", action="store_true")
+    ap.add_argument("--json", default="", help="write all runs' metrics here")
+    args = ap.parse_args()
+    out = measure(args.bin, args.repeat, args.epochs, with_reference=not args.no_reference)
+    for line in summarise(out)[2]:
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"%s/world=%d" % k: v for k, v in out.items()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
