@@ -1,0 +1,277 @@
+// cpptorchrun's entry point: parses the command line, resolves devices and
+// the program, sets up the rendezvous (an embedded server for a single node
+// or --standalone, else a client of --rdzv_endpoint), the agent service and
+// the real process launcher, runs the elastic agent, and exits with its code.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "launcher/agent_service.h"
+#include "launcher/cli.h"
+#include "launcher/clock.h"
+#include "launcher/console_log.h"
+#include "launcher/devices.h"
+#include "launcher/elastic_agent.h"
+#include "launcher/local_rendezvous.h"
+#include "launcher/ports.h"
+#include "launcher/process.h"
+#include "launcher/program.h"
+#include "launcher/progress_board.h"
+#include "launcher/round_monitor.h"
+#include "launcher/run_dir.h"
+#include "launcher/status_cmd.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace cpptorchrun::launcher {
+namespace {
+
+constexpr int kUsageError = 2;
+
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+int UsageError(const absl::Status& status) {
+  std::string msg(status.message());
+  std::fprintf(stderr, "cpptorchrun: error: %s\n", msg.c_str());
+  return kUsageError;
+}
+
+double ConfSeconds(const LaunchConfig& c, const std::string& key, double def) {
+  auto it = c.rdzv_conf.find(key);
+  double v = def;
+  if (it != c.rdzv_conf.end()) absl::SimpleAtod(it->second, &v);
+  return v;
+}
+
+std::string NodeId(const std::string& host) {
+  std::random_device rd;
+  return absl::StrCat(host, "-", getpid(), "-", absl::Hex(rd(), absl::kZeroPad8));
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env) {
+  // Devices and the program: any problem is a usage error, nothing started.
+  std::unique_ptr<DeviceEnumerator> devices =
+      c.fake_gpus > 0 ? NewFakeDeviceEnumerator(c.fake_gpus)
+                      : NewRealDeviceEnumerator(env.count("CUDA_VISIBLE_DEVICES")
+                                                    ? std::optional<std::string>(env.at("CUDA_VISIBLE_DEVICES"))
+                                                    : std::nullopt);
+  bool uses_gpus = false;
+  auto nproc = ResolveNprocPerNode(c, *devices, &uses_gpus);
+  if (!nproc.ok()) return UsageError(nproc.status());
+  auto argv = ResolveProgram(c, env);
+  if (!argv.ok()) return UsageError(argv.status());
+  std::string token;
+  std::string token_file;
+  if (auto it = c.rdzv_conf.find("token_file"); it != c.rdzv_conf.end()) {
+    std::ifstream in(it->second);
+    if (!in) {
+      return UsageError(absl::InvalidArgumentError(
+          absl::StrCat("--rdzv_conf token_file: cannot read '", it->second, "'")));
+    }
+    std::getline(in, token);
+    token_file = it->second;
+  }
+
+  // Signals: the stop signals always; --signals_to_handle adds the
+  // forwarded-only ones (SIGUSR1/2).
+  const std::vector<int> stop_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  std::vector<int> all_signals = stop_signals;
+  for (int s : c.signals_to_handle) {
+    if (std::find(all_signals.begin(), all_signals.end(), s) == all_signals.end()) all_signals.push_back(s);
+  }
+  auto processes = NewRealProcessLauncher({all_signals, /*subreaper=*/true});
+  if (!processes.ok()) {
+    spdlog::error("{}", processes.status().ToString());
+    return 1;
+  }
+
+  // The private folder: the agent socket, and the logs without --log_dir.
+  auto run_dir = RunDir::Create(c.log_dir, c.rdzv_id);
+  if (!run_dir.ok()) return UsageError(run_dir.status());
+
+  const bool single_node = c.max_nodes == 1;
+  const std::string host = !c.local_addr.empty() ? c.local_addr : (single_node ? "127.0.0.1" : HostName());
+
+  // The rendezvous.
+  std::unique_ptr<rdzv::RendezvousServer> server;
+  std::unique_ptr<rdzv::RendezvousClient> client;
+  std::string endpoint;
+  const bool embed = c.standalone || (single_node && !c.has_rdzv_endpoint) ||
+                     (c.rdzv_endpoint_from_master && c.node_rank == 0);
+  if (embed) {
+    rdzv::ServerOptions so;
+    so.host = single_node ? "127.0.0.1" : c.rdzv_endpoint.host;
+    so.port = single_node ? 0 : c.rdzv_endpoint.port;
+    so.token = token;
+    auto started = rdzv::RendezvousServer::Start(so);
+    if (!started.ok()) {
+      if (!single_node) {
+        spdlog::error("cannot serve the rendezvous at {}: {}", c.rdzv_endpoint.ToString(),
+                      started.status().ToString());
+        return 1;
+      }
+      spdlog::warn("embedded rendezvous server unavailable ({}); using the local one",
+                   started.status().ToString());
+    } else {
+      server = std::move(*started);
+      endpoint = server->endpoint();
+    }
+  } else {
+    endpoint = c.rdzv_endpoint.ToString();
+  }
+  spdlog::debug("rendezvous {} ready", endpoint.empty() ? "local" : endpoint);
+  if (!endpoint.empty()) {
+    rdzv::ClientOptions co;
+    co.endpoint = endpoint;
+    co.token = token;
+    client = rdzv::NewGrpcRendezvousClient(co);
+  } else {
+    client = NewLocalRendezvousClient();
+  }
+
+  ProgressBoard board(RealClock());
+  std::unique_ptr<AgentService> agent_service;
+  {
+    auto svc = AgentService::Start((*run_dir)->socket_path(), &board);
+    if (svc.ok()) {
+      agent_service = std::move(*svc);
+    } else {
+      spdlog::warn("agent service unavailable ({}): heartbeats are not watched", svc.status().ToString());
+    }
+  }
+
+  spdlog::debug("agent service ready");
+  AgentOptions o;
+  o.run_id = c.rdzv_id;
+  o.role = c.role;
+  o.max_restarts = c.max_restarts;
+  o.monitor_interval = c.monitor_interval;
+  o.worker_timeout = c.worker_timeout;
+  o.shutdown_timeout = c.shutdown_timeout;
+  o.exit_barrier_timeout = c.exit_barrier_timeout;
+  o.redirects = c.redirects;
+  o.tee = c.tee;
+  o.local_ranks_filter = c.local_ranks_filter;
+  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    o.log_line_prefix_template = it->second;
+  }
+  o.stop_signals = stop_signals;
+  o.program_argv = *argv;
+  o.program_name = c.training_script;
+  o.base_env = env;
+  o.local_world_size = *nproc;
+  o.fake_gpus = c.fake_gpus > 0 ? c.fake_gpus : 0;
+  o.node.set_node_id(NodeId(host));
+  o.node.set_host(host);
+  o.node.set_local_world_size(*nproc);
+  o.node.set_static_node_rank(c.rdzv_backend == RdzvBackend::kStatic ? c.node_rank : -1);
+  o.run_options.set_min_nodes(c.min_nodes);
+  o.run_options.set_max_nodes(c.max_nodes);
+  o.run_options.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
+  o.run_options.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
+  o.run_options.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
+  o.run_options.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
+  o.run_options.set_keep_alive_max_attempt(
+      static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
+  o.fixed_master_port =
+      (c.master_port_given && c.rdzv_backend == RdzvBackend::kStatic && !c.rdzv_endpoint_from_master)
+          ? c.master_port
+          : 0;
+  o.log_root = (*run_dir)->log_root();
+  o.agent_socket = agent_service ? (*run_dir)->socket_path() : "";
+  o.rdzv_endpoint_for_workers = endpoint;
+  o.rdzv_token_file = token_file;
+
+  auto ports = NewRealPortFinder();
+  RoundMonitorOptions mo;
+  mo.client = client.get();
+  mo.progress = &board;
+  mo.run_id = c.rdzv_id;
+  mo.node = o.node;
+  mo.run_options = o.run_options;
+  mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
+  auto monitor = NewRoundMonitor(mo);
+
+  o.clock = RealClock();
+  o.processes = processes->get();
+  o.rdzv = client.get();
+  o.ports = ports.get();
+  o.progress = &board;
+  o.round_monitor = monitor.get();
+  o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
+
+  if (uses_gpus || c.fake_gpus > 0) {
+    spdlog::debug("{} workers on {} {}GPUs", *nproc, *nproc, c.fake_gpus > 0 ? "fake " : "");
+  }
+  ElasticAgent agent(o);
+  AgentResult result = agent.Run();
+
+  // The agent service is not shut down (gRPC's shutdown takes tens of
+  // milliseconds): the process ends below, and its socket is removed.
+  (*run_dir)->Finish(/*keep_logs=*/c.redirects.all || c.tee.all || c.redirects.per_rank_form ||
+                  c.tee.per_rank_form);
+  // Threads blocked in long polls (the round monitor, a helper that
+  // outlived a signal) are not waited for: the process ends here.
+  spdlog::shutdown();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(result.exit_code);
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher
+
+int main(int argc, char** argv) {
+  using namespace cpptorchrun::launcher;
+  std::vector<std::string> args(argv, argv + argc);
+  std::map<std::string, std::string> env = Environment();
+  auto parsed = ParseCommandLine(args, env);
+  if (!parsed.ok()) return UsageError(parsed.status());
+  if (parsed->kind == ParsedCommandLine::Kind::kLaunch) {
+    // Before any thread exists, so every thread inherits the mask and only
+    // the process launcher's signalfd sees these signals.
+    std::vector<int> handled = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (int s : parsed->launch.signals_to_handle) handled.push_back(s);
+    BlockLauncherSignals(handled);
+  }
+  switch (parsed->kind) {
+    case ParsedCommandLine::Kind::kHelp:
+    case ParsedCommandLine::Kind::kVersion:
+      std::printf("%s\n", parsed->text.c_str());
+      return 0;
+    case ParsedCommandLine::Kind::kStatus:
+      SetUpConsoleLog(parsed->status.log_level);
+      return RunStatusCommand(parsed->status, env);
+    case ParsedCommandLine::Kind::kLaunch:
+      break;
+  }
+  SetUpConsoleLog(parsed->launch.log_level);
+  spdlog::debug("cpptorchrun {} starting", kVersion);
+  return Launch(parsed->launch, env);
+}
