@@ -35,6 +35,8 @@ struct ClientOptions {
   absl::Duration backoff_initial = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(2);
   absl::Duration retry_budget = absl::Seconds(60);
+  // How long Join keeps waiting as a spare (it has no join_timeout then).
+  absl::Duration max_spare_wait = absl::Hours(24);
 };
 
 class RendezvousClient {
@@ -62,7 +64,11 @@ class RendezvousClient {
   virtual std::unique_ptr<Store> OpenStore(const std::string& run_id, int64_t round) = 0;
 };
 
+// Never null. A bad endpoint or unreadable root certificate makes every call
+// fail with the error naming it; CreateGrpcRendezvousClient reports it at once.
 std::unique_ptr<RendezvousClient> NewGrpcRendezvousClient(const ClientOptions& options);
+absl::StatusOr<std::unique_ptr<RendezvousClient>> CreateGrpcRendezvousClient(
+    const ClientOptions& options);
 
 }  // namespace cpptorchrun::rdzv
 

@@ -1,0 +1,47 @@
+// Server limits on what one client may ask for, and the checks of incoming
+// identifiers and sizes against them. Each check's error names the limit.
+#ifndef CPPTORCHRUN_RENDEZVOUS_LIMITS_H_
+#define CPPTORCHRUN_RENDEZVOUS_LIMITS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/rendezvous.pb.h"
+
+namespace cpptorchrun::rdzv {
+
+struct Limits {
+  // Largest request gRPC accepts (RESOURCE_EXHAUSTED beyond it).
+  int max_message_bytes = 4 << 20;
+  int max_key_bytes = 1024;
+  int max_value_bytes = 1 << 20;
+  int max_keys_per_run = 100000;
+  int max_runs = 1000;
+  // Run ids: [A-Za-z0-9._-], 1..max_run_id_length characters.
+  int max_run_id_length = 128;
+  // Node ids and hosts: 1..max_node_id_bytes bytes.
+  int max_node_id_bytes = 256;
+  int max_nodes_per_run = 100000;
+  // Keys in one MultiGet / MultiSet.
+  int max_keys_per_call = 10000;
+  // The longest the server holds one Join or Watch call before answering
+  // PENDING / the unchanged event (the client re-issues it).
+  absl::Duration long_poll_bound = absl::Seconds(5);
+  // The longest one Get / MultiGet waits server-side (clients re-issue).
+  absl::Duration store_wait_bound = absl::Seconds(30);
+};
+
+// InvalidArgument naming the rule broken.
+absl::Status ValidateRunId(absl::string_view run_id, const Limits& limits);
+absl::Status ValidateNodeInfo(const v1::NodeInfo& node, const Limits& limits);
+absl::Status ValidateNodeId(absl::string_view node_id, const Limits& limits);
+absl::Status ValidateScope(const v1::Scope& scope, const Limits& limits);
+absl::Status ValidateKey(absl::string_view key, const Limits& limits);
+// ResourceExhausted when over max_value_bytes.
+absl::Status ValidateValue(absl::string_view key, absl::string_view value, const Limits& limits);
+
+}  // namespace cpptorchrun::rdzv
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_LIMITS_H_

@@ -1,0 +1,97 @@
+// RendezvousServer: gRPC server setup around the service (see server.h).
+#include "rendezvous/server.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "rendezvous/endpoint.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " file '", path, "'"));
+  }
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const ServerOptions& options) {
+  if (options.host.empty()) return absl::InvalidArgumentError("server host is empty");
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server port ", options.port, " is out of range 0..65535"));
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+    }
+    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "TLS certificate");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "TLS key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer());
+  server->host_ = options.host;
+  ServiceOptions service_options;
+  service_options.clock = options.clock;
+  service_options.limits = options.limits;
+  service_options.token = options.token;
+  service_options.tick = options.tick;
+  server->service_ = std::make_unique<RendezvousService>(service_options);
+
+  std::string address = FormatEndpoint(Endpoint{options.host, options.port});
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, credentials, &server->port_);
+  builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.limits.max_message_bytes);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    if (server->server_ != nullptr) server->server_->Shutdown();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
+                                               " (address in use or not local?)"));
+  }
+  server->service_->StartTimer();
+  return server;
+}
+
+RendezvousServer::~RendezvousServer() { Shutdown(); }
+
+std::string RendezvousServer::endpoint() const {
+  std::string host = host_;
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  return FormatEndpoint(Endpoint{host, port_});
+}
+
+void RendezvousServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  service_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+}
+
+}  // namespace cpptorchrun::rdzv

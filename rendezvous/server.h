@@ -1,0 +1,67 @@
+// RendezvousServer: the rendezvous service listening on a gRPC port, as the
+// launcher embeds it (--rdzv_backend=c10d-style "host the store here") and
+// as rendezvous_server runs it.
+#ifndef CPPTORCHRUN_RENDEZVOUS_SERVER_H_
+#define CPPTORCHRUN_RENDEZVOUS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/clock.h"
+#include "rendezvous/limits.h"
+#include "rendezvous/service.h"
+
+namespace cpptorchrun::rdzv {
+
+struct ServerOptions {
+  // Address to listen on: a host name or IP literal (IPv6 without brackets).
+  std::string host = "127.0.0.1";
+  // 0: a free port the kernel picks (see port()).
+  int port = 0;
+  // Shared secret required as "authorization: Bearer <token>"; empty: none.
+  std::string token;
+  // TLS when both are given (PEM files); else plaintext.
+  std::string tls_cert_file, tls_key_file;
+  Limits limits;
+  // Not owned; must outlive the server.
+  Clock* clock = RealClock();
+  // How often deadlines are re-applied.
+  absl::Duration tick = absl::Milliseconds(20);
+};
+
+class RendezvousServer {
+ public:
+  // Listens and serves until Shutdown. Errors: InvalidArgument for a bad
+  // host/port, NotFound/PermissionDenied naming an unreadable TLS file,
+  // Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(const ServerOptions& options);
+
+  // Shuts down.
+  ~RendezvousServer();
+
+  int port() const { return port_; }
+  // "host:port" ("[v6]:port"), as clients should dial it.
+  std::string endpoint() const;
+  // Answers held calls UNAVAILABLE, stops listening, waits (bounded) for
+  // calls in flight. Idempotent; thread-safe.
+  void Shutdown();
+  // The service itself (tests drive Tick() under a fake clock).
+  RendezvousService* service() { return service_.get(); }
+
+ private:
+  RendezvousServer() = default;
+
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace cpptorchrun::rdzv
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_SERVER_H_

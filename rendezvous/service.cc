@@ -1,0 +1,930 @@
+// The rendezvous gRPC service (see service.h).
+#include "rendezvous/service.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace cpptorchrun::rdzv {
+
+// A call the service answers later. It deletes itself when gRPC is done
+// with it; every field below `service_` is guarded by the service's mu_.
+class RendezvousService::Held final : public grpc::ServerUnaryReactor {
+ public:
+  enum class Kind { kJoin, kWatch, kRead };
+  Held(RendezvousService* service, Kind kind, std::string run_id)
+      : service_(service), kind(kind), run_id(std::move(run_id)) {}
+
+  void OnCancel() override { service_->Cancelled(this); }
+  void OnDone() override { delete this; }
+
+  RendezvousService* const service_;
+  const Kind kind;
+  const std::string run_id;
+  bool held = false;
+  absl::Time deadline;
+  // kJoin
+  std::string node_id;
+  v1::JoinResponse* join = nullptr;
+  // kWatch (node_id too)
+  int64_t round = 0;
+  int64_t version = 0;
+  v1::WatchResponse* watch = nullptr;
+  // kRead
+  int64_t scope_round = 0;
+  std::vector<std::string> keys;
+  std::string waiting_on;
+  v1::GetResponse* get = nullptr;
+  v1::MultiGetResponse* multi_get = nullptr;
+};
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+// Compares in time that depends only on the length of `expected`.
+bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= g ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+absl::Duration Millis(int32_t ms) { return absl::Milliseconds(std::max<int32_t>(ms, 0)); }
+
+}  // namespace
+
+RendezvousService::RendezvousService(const ServiceOptions& options) : options_(options) {}
+
+RendezvousService::~RendezvousService() { Shutdown(); }
+
+void RendezvousService::StartTimer() {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+void RendezvousService::TimerLoop() {
+  for (;;) {
+    Tick();
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(&timer_stop_), options_.tick)) return;
+  }
+}
+
+void RendezvousService::Shutdown() {
+  Finishes finishes;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    timer_stop_ = true;
+    while (!deadlines_.empty()) {
+      Held* held = deadlines_.begin()->second;
+      Release(held);
+      finishes.emplace_back(held,
+                            grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    }
+  }
+  FinishAll(&finishes);
+  if (timer_.joinable()) timer_.join();
+}
+
+int RendezvousService::HeldCalls() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(deadlines_.size());
+}
+
+bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
+  if (options_.token.empty()) return true;
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return false;
+  absl::string_view given(it->second.data(), it->second.size());
+  return ConstantTimeEquals(given, "Bearer " + options_.token);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
+                                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+void RendezvousService::FinishAll(Finishes* finishes) {
+  for (auto& [held, status] : *finishes) held->Finish(status);
+  finishes->clear();
+}
+
+// --- runs and scopes -----------------------------------------------------------
+
+absl::Status RendezvousService::ClosedRunError(const std::string& run_id) {
+  auto it = closed_.find(run_id);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "run '", run_id, "' is closed: ", it == closed_.end() ? std::string("closed") : it->second));
+}
+
+absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
+    const std::string& run_id) {
+  auto it = runs_.find(run_id);
+  if (it != runs_.end()) return it->second.get();
+  if (closed_.contains(run_id)) return ClosedRunError(run_id);
+  if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds its limit of ", options_.limits.max_runs,
+                     " runs (max_runs); run '", run_id, "' cannot be created"));
+  }
+  auto run = std::make_unique<Run>();
+  run->state.run_id = run_id;
+  Run* raw = run.get();
+  runs_[run_id] = std::move(run);
+  return raw;
+}
+
+absl::StatusOr<RendezvousService::Scope*> RendezvousService::FindScope(const v1::Scope& scope,
+                                                                        bool create) {
+  absl::StatusOr<Run*> run = FindOrCreateRun(scope.run_id());
+  if (!run.ok()) return run.status();
+  int64_t current = (*run)->state.active_round;
+  if (scope.round() > 0 && current > 0 && scope.round() < current - 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", scope.round(), " of run '", scope.run_id(),
+                     "' is over and its keys were dropped; the current round is ", current));
+  }
+  auto it = (*run)->scopes.find(scope.round());
+  if (it == (*run)->scopes.end()) {
+    if (!create) return nullptr;
+    it = (*run)->scopes.emplace(scope.round(), Scope()).first;
+  }
+  return &it->second;
+}
+
+void RendezvousService::RememberClosed(const std::string& run_id, const std::string& reason) {
+  if (!closed_.contains(run_id)) closed_order_.push_back(run_id);
+  closed_[run_id] = reason;
+  while (static_cast<int>(closed_order_.size()) > options_.max_closed_runs_remembered) {
+    closed_.erase(closed_order_.front());
+    closed_order_.erase(closed_order_.begin());
+  }
+}
+
+void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status& status,
+                                  Finishes* finishes) {
+  std::vector<Held*> doomed;
+  for (const auto& [time, held] : deadlines_) {
+    if (held->run_id == run_id) doomed.push_back(held);
+  }
+  for (Held* held : doomed) {
+    Release(held);
+    finishes->emplace_back(held, status);
+  }
+  runs_.erase(run_id);
+}
+
+void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
+  int64_t keep_from = run->state.active_round - 1;
+  for (auto it = run->scopes.begin(); it != run->scopes.end();) {
+    if (it->first == 0 || it->first >= keep_from) {
+      ++it;
+      continue;
+    }
+    std::vector<Held*> readers;
+    for (auto& [key, list] : it->second.waiting) {
+      readers.insert(readers.end(), list.begin(), list.end());
+    }
+    for (Held* held : readers) {
+      Release(held);
+      finishes->emplace_back(
+          held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                             absl::StrCat("round ", held->scope_round, " of run '", held->run_id,
+                                          "' is over and its keys were dropped")));
+    }
+    run->keys -= static_cast<int64_t>(it->second.data.size());
+    it = run->scopes.erase(it);
+  }
+}
+
+// --- held calls ----------------------------------------------------------------
+
+void RendezvousService::Hold(Held* held, absl::Time deadline) {
+  held->held = true;
+  held->deadline = deadline;
+  deadlines_.emplace(deadline, held);
+}
+
+bool RendezvousService::Release(Held* held) {
+  if (!held->held) return false;
+  held->held = false;
+  deadlines_.erase({held->deadline, held});
+  auto run_it = runs_.find(held->run_id);
+  if (run_it == runs_.end()) return true;
+  Run* run = run_it->second.get();
+  switch (held->kind) {
+    case Held::Kind::kJoin: {
+      auto it = run->joins.find(held->node_id);
+      if (it != run->joins.end() && it->second == held) {
+        run->joins.erase(it);
+        SetPolling(options_.clock->Now(), &run->state, held->node_id, false);
+      }
+      break;
+    }
+    case Held::Kind::kWatch:
+      run->watchers.erase(held);
+      break;
+    case Held::Kind::kRead: {
+      if (held->waiting_on.empty()) break;
+      auto scope = run->scopes.find(held->scope_round);
+      if (scope == run->scopes.end()) break;
+      auto list = scope->second.waiting.find(held->waiting_on);
+      if (list == scope->second.waiting.end()) break;
+      auto& v = list->second;
+      v.erase(std::remove(v.begin(), v.end(), held), v.end());
+      if (v.empty()) scope->second.waiting.erase(list);
+      held->waiting_on.clear();
+      break;
+    }
+  }
+  return true;
+}
+
+void RendezvousService::Cancelled(Held* held) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!Release(held)) return;  // someone else is answering it
+  }
+  held->Finish(grpc::Status::CANCELLED);
+}
+
+void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
+  Release(held);
+  std::optional<v1::Assignment> assignment;
+  if (!run->state.active_ended) assignment = AssignmentFor(run->state, held->node_id);
+  if (assignment.has_value()) {
+    held->join->set_outcome(v1::JoinResponse::COMPLETE);
+    *held->join->mutable_assignment() = std::move(*assignment);
+  } else {
+    bool spare = std::any_of(run->state.spares.begin(), run->state.spares.end(),
+                             [&](const Joiner& j) { return j.node.node_id() == held->node_id; });
+    held->join->set_outcome(spare ? v1::JoinResponse::SPARE : v1::JoinResponse::PENDING);
+    held->join->set_joined_nodes(static_cast<int32_t>(run->state.joiners.size()));
+    held->join->set_detail(spare ? absl::StrCat("round ", run->state.active_round,
+                                                " is full; waiting as a spare")
+                                 : absl::StrCat("round ", run->state.forming_round, ": ",
+                                                run->state.joiners.size(), " nodes joined"));
+  }
+  finishes->emplace_back(held, grpc::Status::OK);
+}
+
+void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_out,
+                               const std::string& reason, Finishes* finishes) {
+  RunState& state = run->state;
+  for (const std::string& id : timed_out) {
+    auto it = run->joins.find(id);
+    if (it == run->joins.end()) continue;
+    Held* held = it->second;
+    Release(held);
+    finishes->emplace_back(held, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                              absl::StrCat("run '", state.run_id, "': ", reason)));
+  }
+  if (state.closed) {
+    std::vector<Held*> joins;
+    for (auto& [id, held] : run->joins) joins.push_back(held);
+    for (Held* held : joins) {
+      Release(held);
+      finishes->emplace_back(held, ToGrpc(ClosedRunError(state.run_id)));
+    }
+  } else if (state.active_round > 0 && !state.active_ended && !run->joins.empty()) {
+    std::vector<Held*> done;
+    for (auto& [id, held] : run->joins) {
+      if (state.participant_index.contains(id)) done.push_back(held);
+    }
+    for (Held* held : done) AnswerJoin(run, held, finishes);
+  }
+  if (!run->watchers.empty()) {
+    std::vector<Held*> woken;
+    for (Held* held : run->watchers) {
+      if (held->version < state.version || state.closed) woken.push_back(held);
+    }
+    for (Held* held : woken) {
+      Release(held);
+      *held->watch->mutable_event() = EventFor(state, held->node_id, held->round);
+      finishes->emplace_back(held, grpc::Status::OK);
+    }
+  }
+  DropOldScopes(run, finishes);
+}
+
+void RendezvousService::Tick() {
+  Finishes finishes;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = options_.clock->Now();
+    std::vector<std::string> expired_runs;
+    for (auto& [id, run] : runs_) {
+      if (run->state.closed) {
+        if (now >= run->state.closed_at + run->state.options.close_timeout) {
+          expired_runs.push_back(id);
+        }
+        continue;
+      }
+      if (!run->formed) continue;
+      TickResult result = ApplyTick(now, &run->state);
+      Settle(run.get(), result.timed_out, result.reason, &finishes);
+    }
+    for (const std::string& id : expired_runs) {
+      DeleteRun(id, ToGrpc(ClosedRunError(id)), &finishes);
+    }
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      Held* held = deadlines_.begin()->second;
+      Run* run = runs_.at(held->run_id).get();
+      switch (held->kind) {
+        case Held::Kind::kJoin:
+          AnswerJoin(run, held, &finishes);
+          break;
+        case Held::Kind::kWatch:
+          Release(held);
+          *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->round);
+          finishes.emplace_back(held, grpc::Status::OK);
+          break;
+        case Held::Kind::kRead: {
+          std::string missing = held->waiting_on;
+          Release(held);
+          finishes.emplace_back(held, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                                   absl::StrCat("key '", missing,
+                                                                "' was not set in time")));
+          break;
+        }
+      }
+    }
+  }
+  FinishAll(&finishes);
+}
+
+// --- round calls ---------------------------------------------------------------
+
+grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinRequest* request,
+                                                  v1::JoinResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateNodeInfo(request->node(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  absl::StatusOr<RoundOptions> round_options =
+      RoundOptionsFromProto(request->options(), options_.limits.max_nodes_per_run);
+  if (!round_options.ok()) return Answer(ctx, round_options.status());
+
+  Finishes finishes;
+  Held* held = nullptr;
+  absl::Status error;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = options_.clock->Now();
+    absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
+    if (shutting_down_) {
+      error = absl::UnavailableError("rendezvous server shutting down");
+    } else if (!found.ok()) {
+      error = found.status();
+    } else {
+      Run* run = *found;
+      if (!run->formed) {
+        run->state = NewRun(request->run_id(), *round_options);
+        run->formed = true;
+      }
+      const std::string& node_id = request->node().node_id();
+      auto previous = run->joins.find(node_id);
+      if (previous != run->joins.end()) AnswerJoin(run, previous->second, &finishes);
+      absl::StatusOr<JoinResult> result =
+          ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round());
+      if (!result.ok()) {
+        error = result.status();
+      } else if (result->outcome == JoinResult::Outcome::kComplete) {
+        response->set_outcome(v1::JoinResponse::COMPLETE);
+        *response->mutable_assignment() = result->assignment;
+      } else {
+        held = new Held(this, Held::Kind::kJoin, request->run_id());
+        held->node_id = node_id;
+        held->join = response;
+        Hold(held, now + options_.limits.long_poll_bound);
+        run->joins[node_id] = held;
+        SetPolling(now, &run->state, node_id, true);
+      }
+      Settle(run, {}, "", &finishes);
+    }
+  }
+  FinishAll(&finishes);
+  if (held != nullptr) return held;
+  return Answer(ctx, error);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerContext* ctx,
+                                                       const v1::KeepAliveRequest* request,
+                                                       v1::KeepAliveResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateNodeId(request->node_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Time now = options_.clock->Now();
+    const v1::Assignment& assignment = request->assignment();
+    auto it = runs_.find(request->run_id());
+    bool can_register = assignment.round() > 0 && assignment.participants_size() > 0;
+    if (closed_.contains(request->run_id()) && it == runs_.end()) {
+      v1::RunEvent* event = response->mutable_event();
+      event->set_run_closed(true);
+      event->set_reason(std::string(ClosedRunError(request->run_id()).message()));
+    } else if (it == runs_.end() && !can_register) {
+      status = absl::NotFoundError(absl::StrCat(
+          "run '", request->run_id(),
+          "' is unknown to this server (restarted?) and the keep-alive carries no assignment"));
+    } else {
+      absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
+      if (!found.ok()) {
+        status = found.status();
+      } else {
+        Run* run = *found;
+        if (!run->formed) {
+          v1::RunOptions proto = request->options();
+          if (proto.min_nodes() == 0) {
+            proto.set_min_nodes(assignment.group_world_size());
+            proto.set_max_nodes(assignment.group_world_size());
+          }
+          absl::StatusOr<RoundOptions> o =
+              RoundOptionsFromProto(proto, options_.limits.max_nodes_per_run);
+          if (!o.ok()) {
+            status = o.status();
+          } else {
+            run->state = NewRun(request->run_id(), *o);
+            run->formed = true;
+          }
+        }
+        if (status.ok()) {
+          if (can_register) ReRegister(now, &run->state, *request);
+          *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request);
+          Settle(run, {}, "", &finishes);
+        }
+      }
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* ctx,
+                                                   const v1::WatchRequest* request,
+                                                   v1::WatchResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  absl::Status status;
+  Held* held = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runs_.find(request->run_id());
+    if (it == runs_.end()) {
+      if (closed_.contains(request->run_id())) {
+        response->mutable_event()->set_run_closed(true);
+        response->mutable_event()->set_reason(
+            std::string(ClosedRunError(request->run_id()).message()));
+      } else {
+        status = absl::NotFoundError(
+            absl::StrCat("run '", request->run_id(), "' is unknown to this server"));
+      }
+    } else if (shutting_down_) {
+      status = absl::UnavailableError("rendezvous server shutting down");
+    } else {
+      Run* run = it->second.get();
+      if (run->state.version > request->version() || run->state.closed ||
+          request->timeout_ms() <= 0) {
+        *response->mutable_event() = EventFor(run->state, request->node_id(), request->round());
+      } else {
+        held = new Held(this, Held::Kind::kWatch, request->run_id());
+        held->node_id = request->node_id();
+        held->round = request->round();
+        held->version = request->version();
+        held->watch = response;
+        absl::Duration wait =
+            std::min(Millis(request->timeout_ms()), options_.limits.long_poll_bound);
+        Hold(held, options_.clock->Now() + wait);
+        run->watchers.insert(held);
+      }
+    }
+  }
+  if (held != nullptr) return held;
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx,
+                                                   const v1::LeaveRequest* request,
+                                                   v1::LeaveResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runs_.find(request->run_id());
+    if (it == runs_.end()) {
+      status = absl::NotFoundError(
+          absl::StrCat("run '", request->run_id(), "' is unknown to this server"));
+    } else {
+      Run* run = it->second.get();
+      auto join = run->joins.find(request->node_id());
+      if (join != run->joins.end()) {
+        Held* held = join->second;
+        Release(held);
+        finishes.emplace_back(held, grpc::Status(grpc::StatusCode::ABORTED,
+                                                 "the node left the run while joining"));
+      }
+      ApplyLeave(options_.clock->Now(), &run->state, request->node_id(),
+                 request->reason().empty() ? "left" : request->reason());
+      Settle(run, {}, "", &finishes);
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Close(grpc::CallbackServerContext* ctx,
+                                                   const v1::CloseRequest* request,
+                                                   v1::CloseResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string reason = request->reason().empty() ? "closed by a client" : request->reason();
+    RememberClosed(request->run_id(), reason);
+    auto it = runs_.find(request->run_id());
+    if (it != runs_.end()) {
+      ApplyClose(options_.clock->Now(), &it->second->state, reason);
+      Settle(it->second.get(), {}, "", &finishes);
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* RendezvousService::RunStatus(grpc::CallbackServerContext* ctx,
+                                                       const v1::RunStatusRequest* request,
+                                                       v1::RunStatusResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  return Answer(ctx, FillRunStatus(*request, response));
+}
+
+absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& request_ref,
+                                              v1::RunStatusResponse* response) {
+  const v1::RunStatusRequest* request = &request_ref;
+  absl::MutexLock lock(&mu_);
+  response->set_run_id(request->run_id());
+  auto it = runs_.find(request->run_id());
+  if (it == runs_.end()) {
+    auto closed = closed_.find(request->run_id());
+    if (closed == closed_.end()) {
+      return (absl::NotFoundError(
+                             absl::StrCat("run '", request->run_id(), "' is unknown to this server")));
+    }
+    response->set_state(v1::RunStatusResponse::CLOSED);
+    response->set_closed_reason(closed->second);
+    return absl::OkStatus();
+  }
+  const RunState& state = it->second->state;
+  absl::Time now = options_.clock->Now();
+  *response->mutable_options() = RoundOptionsToProto(state.options);
+  response->set_round(state.active_round);
+  response->set_version(state.version);
+  response->set_closed_reason(state.closed_reason);
+  response->set_state(state.closed                                      ? v1::RunStatusResponse::CLOSED
+                      : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE
+                                                                        : v1::RunStatusResponse::FORMING);
+  for (const ParticipantState& p : state.participants) {
+    v1::NodeStatus* node = response->add_nodes();
+    *node->mutable_participant() = p.participant;
+    node->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - p.last_heard));
+    node->set_restart_count(p.restart_count);
+    for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
+  }
+  for (const Joiner& j : state.joiners) *response->add_waiting() = j.node;
+  for (const Joiner& j : state.spares) *response->add_waiting() = j.node;
+  return absl::OkStatus();
+}
+
+// --- store ---------------------------------------------------------------------
+
+void RendezvousService::KeySet(Scope* scope, const std::string& key, Finishes* finishes) {
+  auto it = scope->waiting.find(key);
+  if (it == scope->waiting.end()) return;
+  std::vector<Held*> readers = std::move(it->second);
+  scope->waiting.erase(it);
+  for (Held* held : readers) {
+    held->waiting_on.clear();
+    TryAnswerRead(scope, held, finishes);
+  }
+}
+
+bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finishes) {
+  for (const std::string& key : held->keys) {
+    if (!scope->data.contains(key)) {
+      held->waiting_on = key;
+      scope->waiting[key].push_back(held);
+      return false;
+    }
+  }
+  if (held->held) Release(held);
+  if (held->get != nullptr) {
+    held->get->set_value(scope->data.at(held->keys[0]));
+  } else {
+    for (const std::string& key : held->keys) held->multi_get->add_values(scope->data.at(key));
+  }
+  finishes->emplace_back(held, grpc::Status::OK);
+  return true;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx,
+                                                 const v1::SetRequest* request,
+                                                 v1::SetResponse* response) {
+  v1::MultiSetRequest multi;
+  *multi.mutable_scope() = request->scope();
+  v1::KeyValue* entry = multi.add_entries();
+  entry->set_key(request->key());
+  entry->set_value(request->value());
+  v1::MultiSetResponse ignored;
+  return MultiSet(ctx, &multi, &ignored);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContext* ctx,
+                                                      const v1::MultiSetRequest* request,
+                                                      v1::MultiSetResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (request->entries_size() > options_.limits.max_keys_per_call) {
+    return Answer(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           request->entries_size(), " entries in one call; the limit (max_keys_per_call) is ",
+                           options_.limits.max_keys_per_call)));
+  }
+  for (const v1::KeyValue& kv : request->entries()) {
+    if (absl::Status s = ValidateKey(kv.key(), options_.limits); !s.ok()) return Answer(ctx, s);
+    if (absl::Status s = ValidateValue(kv.key(), kv.value(), options_.limits); !s.ok()) {
+      return Answer(ctx, s);
+    }
+  }
+  Finishes finishes;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else {
+      Run* run = runs_.at(request->scope().run_id()).get();
+      int64_t fresh = 0;
+      for (const v1::KeyValue& kv : request->entries()) {
+        if (!(*scope)->data.contains(kv.key())) ++fresh;
+      }
+      if (run->keys + fresh > options_.limits.max_keys_per_run) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "run '", request->scope().run_id(), "' holds ", run->keys,
+            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
+      } else {
+        run->keys += fresh;
+        for (const v1::KeyValue& kv : request->entries()) {
+          (*scope)->data[kv.key()] = kv.value();
+          KeySet(*scope, kv.key(), &finishes);
+        }
+      }
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx,
+                                                 const v1::GetRequest* request,
+                                                 v1::GetResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  Held* held = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else if (auto it = (*scope)->data.find(request->key()); it != (*scope)->data.end()) {
+      response->set_value(it->second);
+    } else if (request->timeout_ms() <= 0) {
+      status = absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+    } else if (shutting_down_) {
+      status = absl::UnavailableError("rendezvous server shutting down");
+    } else {
+      held = new Held(this, Held::Kind::kRead, request->scope().run_id());
+      held->scope_round = request->scope().round();
+      held->keys = {request->key()};
+      held->get = response;
+      Hold(held, options_.clock->Now() +
+                     std::min(Millis(request->timeout_ms()), options_.limits.store_wait_bound));
+      TryAnswerRead(*scope, held, &finishes);
+    }
+  }
+  FinishAll(&finishes);
+  if (held != nullptr) return held;
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContext* ctx,
+                                                      const v1::MultiGetRequest* request,
+                                                      v1::MultiGetResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (request->keys_size() > options_.limits.max_keys_per_call) {
+    return Answer(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           request->keys_size(), " keys in one call; the limit (max_keys_per_call) is ",
+                           options_.limits.max_keys_per_call)));
+  }
+  if (request->keys_size() == 0) return Answer(ctx, absl::OkStatus());
+  for (const std::string& key : request->keys()) {
+    if (absl::Status s = ValidateKey(key, options_.limits); !s.ok()) return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  Held* held = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else if (shutting_down_) {
+      status = absl::UnavailableError("rendezvous server shutting down");
+    } else {
+      held = new Held(this, Held::Kind::kRead, request->scope().run_id());
+      held->scope_round = request->scope().round();
+      held->keys.assign(request->keys().begin(), request->keys().end());
+      held->multi_get = response;
+      bool answered = TryAnswerRead(*scope, held, &finishes);
+      if (!answered && request->timeout_ms() <= 0) {
+        status = absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
+        auto& v = (*scope)->waiting[held->waiting_on];
+        v.erase(std::remove(v.begin(), v.end(), held), v.end());
+        if (v.empty()) (*scope)->waiting.erase(held->waiting_on);
+        delete held;
+        held = nullptr;
+      } else if (!answered) {
+        Hold(held, options_.clock->Now() +
+                       std::min(Millis(request->timeout_ms()), options_.limits.store_wait_bound));
+      }
+    }
+  }
+  FinishAll(&finishes);
+  if (held != nullptr) return held;
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx,
+                                                 const v1::AddRequest* request,
+                                                 v1::AddResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else {
+      Run* run = runs_.at(request->scope().run_id()).get();
+      auto it = (*scope)->data.find(request->key());
+      int64_t value = 0;
+      if (it != (*scope)->data.end() && !absl::SimpleAtoi(it->second, &value)) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
+      } else if (it == (*scope)->data.end() && run->keys >= options_.limits.max_keys_per_run) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "run '", request->scope().run_id(), "' holds ", run->keys,
+            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
+      } else {
+        if (it == (*scope)->data.end()) ++run->keys;
+        value += request->delta();
+        (*scope)->data[request->key()] = absl::StrCat(value);
+        response->set_value(value);
+        KeySet(*scope, request->key(), &finishes);
+      }
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerContext* ctx,
+                                                        const v1::CompareSetRequest* request,
+                                                        v1::CompareSetResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateValue(request->key(), request->desired(), options_.limits);
+      !s.ok()) {
+    return Answer(ctx, s);
+  }
+  Finishes finishes;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else {
+      Run* run = runs_.at(request->scope().run_id()).get();
+      auto it = (*scope)->data.find(request->key());
+      bool present = it != (*scope)->data.end();
+      bool match = request->expect_absent() ? !present
+                                            : (present && it->second == request->expected());
+      if (match && !present && run->keys >= options_.limits.max_keys_per_run) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "run '", request->scope().run_id(), "' holds ", run->keys,
+            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
+      } else if (match) {
+        if (!present) ++run->keys;
+        (*scope)->data[request->key()] = request->desired();
+        response->set_swapped(true);
+        response->set_value(request->desired());
+        KeySet(*scope, request->key(), &finishes);
+      } else {
+        response->set_swapped(false);
+        if (present) response->set_value(it->second);
+      }
+    }
+  }
+  FinishAll(&finishes);
+  return Answer(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx,
+                                                    const v1::DeleteRequest* request,
+                                                    v1::DeleteResponse* response) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
+    return Answer(ctx, s);
+  }
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Scope*> scope = FindScope(request->scope(), false);
+    if (!scope.ok()) {
+      status = scope.status();
+    } else {
+      bool deleted = *scope != nullptr && (*scope)->data.erase(request->key()) > 0;
+      if (deleted) --runs_.at(request->scope().run_id())->keys;
+      response->set_deleted(deleted);
+    }
+  }
+  return Answer(ctx, status);
+}
+
+}  // namespace cpptorchrun::rdzv

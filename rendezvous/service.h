@@ -1,0 +1,171 @@
+// The rendezvous gRPC service: a thin adapter between the wire
+// (proto/rendezvous.proto) and the round rules (rules.h), plus the
+// run-scoped key-value store.
+//
+// It uses gRPC's callback API. Calls that wait (Join, Watch, Get, MultiGet)
+// are held as reactors in the run's state, holding no thread; whoever takes
+// a reactor out of the state under the lock answers it, after releasing the
+// lock. A cancelled call is taken out and answered CANCELLED. One timer
+// thread re-applies the rules' deadlines (last call, join timeout, dead
+// nodes, close) and the long-poll bounds every `tick`.
+#ifndef CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
+#define CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/clock.h"
+#include "rendezvous/limits.h"
+#include "rendezvous/rules.h"
+
+namespace cpptorchrun::rdzv {
+
+struct ServiceOptions {
+  // Not owned; must outlive the service.
+  Clock* clock = RealClock();
+  Limits limits;
+  // Expected as "authorization: Bearer <token>" on every call; empty: none.
+  std::string token;
+  // How often the timer re-applies deadlines.
+  absl::Duration tick = absl::Milliseconds(20);
+  // Closed run ids remembered (so later Joins fail naming them) beyond the
+  // runs themselves; the oldest are forgotten first.
+  int max_closed_runs_remembered = 10000;
+};
+
+class RendezvousService final : public v1::Rendezvous::CallbackService {
+ public:
+  explicit RendezvousService(const ServiceOptions& options);
+  // Calls Shutdown(). The gRPC server must be shut down before this runs.
+  ~RendezvousService() override;
+
+  // Starts the timer thread. Call once, after construction.
+  void StartTimer();
+  // Answers every held call UNAVAILABLE, refuses to hold new ones, stops
+  // the timer. Idempotent; call before shutting the gRPC server down.
+  void Shutdown();
+  // Applies every deadline that passed by the clock's now, at once (tests
+  // with a fake clock call it; the timer calls it every tick).
+  void Tick();
+
+  // Counters for tests and the benchmark. Thread-safe.
+  int HeldCalls();
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx,
+                                      const v1::KeepAliveRequest* request,
+                                      v1::KeepAliveResponse* response) override;
+  grpc::ServerUnaryReactor* Watch(grpc::CallbackServerContext* ctx,
+                                  const v1::WatchRequest* request,
+                                  v1::WatchResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Close(grpc::CallbackServerContext* ctx,
+                                  const v1::CloseRequest* request,
+                                  v1::CloseResponse* response) override;
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* request,
+                                v1::SetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* ctx, const v1::AddRequest* request,
+                                v1::AddResponse* response) override;
+  grpc::ServerUnaryReactor* CompareSet(grpc::CallbackServerContext* ctx,
+                                       const v1::CompareSetRequest* request,
+                                       v1::CompareSetResponse* response) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx,
+                                   const v1::DeleteRequest* request,
+                                   v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* MultiGet(grpc::CallbackServerContext* ctx,
+                                     const v1::MultiGetRequest* request,
+                                     v1::MultiGetResponse* response) override;
+  grpc::ServerUnaryReactor* MultiSet(grpc::CallbackServerContext* ctx,
+                                     const v1::MultiSetRequest* request,
+                                     v1::MultiSetResponse* response) override;
+  grpc::ServerUnaryReactor* RunStatus(grpc::CallbackServerContext* ctx,
+                                      const v1::RunStatusRequest* request,
+                                      v1::RunStatusResponse* response) override;
+
+ private:
+  class Held;  // a held call (reactor); service.cc
+  struct Scope {
+    absl::flat_hash_map<std::string, std::string> data;
+    // Held Get/MultiGet calls by the first key they still miss.
+    absl::flat_hash_map<std::string, std::vector<Held*>> waiting;
+  };
+  struct Run {
+    RunState state;
+    // False until the first Join (or re-registration) gives the run options.
+    bool formed = false;
+    absl::flat_hash_map<std::string, Held*> joins;  // by node id
+    absl::flat_hash_set<Held*> watchers;
+    std::map<int64_t, Scope> scopes;
+    int64_t keys = 0;
+  };
+  using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
+
+  bool Authorized(grpc::CallbackServerContext* ctx) const;
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const absl::Status& status);
+  void FinishAll(Finishes* finishes);
+
+  absl::StatusOr<Run*> FindOrCreateRun(const std::string& run_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ClosedRunError(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Scope*> FindScope(const v1::Scope& scope, bool create)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Hold(Held* held, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `held` out of every container; false when it was not in them.
+  bool Release(Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Cancelled(Held* held);
+
+  // Answers the held calls a state change has decided.
+  void Settle(Run* run, const std::vector<std::string>& timed_out, const std::string& reason,
+              Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnswerJoin(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-checks held reads waiting on `key`.
+  void KeySet(Scope* scope, const std::string& key, Finishes* finishes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a held read whose keys are all present, or moves it to the next
+  // missing key; true when answered.
+  bool TryAnswerRead(Scope* scope, Held* held, Finishes* finishes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropOldScopes(Run* run, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteRun(const std::string& run_id, const grpc::Status& status, Finishes* finishes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberClosed(const std::string& run_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TimerLoop();
+  absl::Status FillRunStatus(const v1::RunStatusRequest& request,
+                             v1::RunStatusResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServiceOptions options_;
+  absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool timer_stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  // Closed runs forgotten after close_timeout: id -> reason, and their order.
+  absl::flat_hash_map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> closed_order_ ABSL_GUARDED_BY(mu_);
+  // Every held call, by its long-poll deadline.
+  std::set<std::pair<absl::Time, Held*>> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::thread timer_;
+};
+
+}  // namespace cpptorchrun::rdzv
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_SERVICE_H_

@@ -1,0 +1,409 @@
+// End-to-end tests of the rendezvous service over a real loopback server:
+// many concurrent clients (threads) joining, last call, join timeout, dead
+// nodes, waiting nodes, spares, close, the store, and re-registration after
+// a server restart. Every wait is on a result, bounded by the options'
+// short timeouts; nothing sleeps to synchronise.
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+struct Conf {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  double join_timeout_s = 20;
+  double last_call_s = 30;
+  double keep_alive_interval_s = 5;
+  int keep_alive_attempts = 3;
+};
+
+v1::JoinRequest Request(const std::string& run, const std::string& node, const Conf& conf,
+                        int64_t last_round = 0) {
+  v1::JoinRequest r;
+  r.set_run_id(run);
+  r.mutable_node()->set_node_id(node);
+  r.mutable_node()->set_host("127.0.0.1");
+  r.mutable_node()->set_local_world_size(2);
+  r.mutable_node()->set_static_node_rank(-1);
+  r.mutable_node()->set_free_port(20000);
+  v1::RunOptions* o = r.mutable_options();
+  o->set_min_nodes(conf.min_nodes);
+  o->set_max_nodes(conf.max_nodes);
+  o->set_join_timeout_s(conf.join_timeout_s);
+  o->set_last_call_timeout_s(conf.last_call_s);
+  o->set_keep_alive_interval_s(conf.keep_alive_interval_s);
+  o->set_keep_alive_max_attempt(conf.keep_alive_attempts);
+  r.set_last_round(last_round);
+  return r;
+}
+
+v1::KeepAliveRequest KeepAliveOf(const std::string& run, const v1::Assignment& a,
+                                 const std::string& node) {
+  v1::KeepAliveRequest r;
+  r.set_run_id(run);
+  r.set_node_id(node);
+  *r.mutable_assignment() = a;
+  return r;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(0); }
+
+  void Start(int port) {
+    ServerOptions options;
+    options.port = port;
+    options.tick = absl::Milliseconds(5);
+    options.limits.long_poll_bound = absl::Milliseconds(500);
+    auto server = RendezvousServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  std::unique_ptr<RendezvousClient> Client() {
+    ClientOptions options;
+    options.endpoint = server_->endpoint();
+    options.call_timeout = absl::Seconds(5);
+    options.retry_budget = absl::Seconds(10);
+    return NewGrpcRendezvousClient(options);
+  }
+
+  // Joins each node from its own thread and client; results in node order.
+  std::vector<absl::StatusOr<v1::Assignment>> JoinAll(const std::string& run,
+                                                      const std::vector<std::string>& nodes,
+                                                      const Conf& conf, int64_t last_round = 0) {
+    std::vector<std::future<absl::StatusOr<v1::Assignment>>> futures;
+    for (const std::string& node : nodes) {
+      futures.push_back(std::async(std::launch::async, [this, run, node, conf, last_round] {
+        return Client()->Join(Request(run, node, conf, last_round));
+      }));
+    }
+    std::vector<absl::StatusOr<v1::Assignment>> results;
+    for (auto& f : futures) results.push_back(f.get());
+    return results;
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+};
+
+// Sends keep-alives for `node` until stopped (bounded: at most 2000 beats).
+class Heart {
+ public:
+  Heart(std::unique_ptr<RendezvousClient> client, v1::KeepAliveRequest request)
+      : client_(std::move(client)), request_(std::move(request)) {
+    thread_ = std::thread([this] {
+      for (int beat = 0; beat < 2000 && !stop_.HasBeenNotified(); ++beat) {
+        (void)client_->KeepAlive(request_);
+        stop_.WaitForNotificationWithTimeout(absl::Milliseconds(20));
+      }
+    });
+  }
+  ~Heart() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+ private:
+  std::unique_ptr<RendezvousClient> client_;
+  v1::KeepAliveRequest request_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+TEST_F(ServiceTest, RoundCompletesAtOnceWhenMaxJoined) {
+  Conf conf{.min_nodes = 2, .max_nodes = 4, .last_call_s = 300};
+  auto results = JoinAll("run", {"n0", "n1", "n2", "n3"}, conf);
+  std::set<int> ranks;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->round(), 1);
+    EXPECT_EQ(r->group_world_size(), 4);
+    EXPECT_EQ(r->world_size(), 8);
+    EXPECT_EQ(r->rank_offset(), 2 * r->group_rank());
+    ranks.insert(r->group_rank());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  // Ranks follow node ids, whatever the arrival order.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(results[i]->group_rank(), i);
+}
+
+TEST_F(ServiceTest, ManyConcurrentClientsFormOneRound) {
+  const int n = 48;
+  std::vector<std::string> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(absl::StrCat("node-", 100 + i));
+  auto results = JoinAll("many", nodes, Conf{.min_nodes = n, .max_nodes = n});
+  std::set<int> ranks;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->group_world_size(), n);
+    ranks.insert(r->group_rank());
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), n);
+}
+
+TEST_F(ServiceTest, LastCallCompletesWithMinNodes) {
+  auto results = JoinAll("run", {"a", "b"}, Conf{.min_nodes = 2, .max_nodes = 5, .last_call_s = 0.2});
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->group_world_size(), 2);
+  }
+}
+
+TEST_F(ServiceTest, JoinTimeoutWhenMinNeverArrives) {
+  auto results =
+      JoinAll("run", {"a", "b"}, Conf{.min_nodes = 3, .max_nodes = 3, .join_timeout_s = 0.3});
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(r.status().message().find("did not complete within"), std::string::npos)
+        << r.status();
+  }
+}
+
+TEST_F(ServiceTest, DeadNodeEndsTheRoundAndSurvivorsFormTheNext) {
+  Conf conf{.min_nodes = 2,
+            .max_nodes = 3,
+            .last_call_s = 0.1,
+            .keep_alive_interval_s = 0.1,
+            .keep_alive_attempts = 2};
+  auto results = JoinAll("run", {"a", "b", "c"}, conf);
+  for (const auto& r : results) ASSERT_TRUE(r.ok()) << r.status();
+  auto watcher = Client();
+  v1::RunEvent first = *watcher->KeepAlive(KeepAliveOf("run", *results[0], "a"));
+  ASSERT_TRUE(first.round_current());
+  {
+    // a and b stay alive; c is silent.
+    Heart a(Client(), KeepAliveOf("run", *results[0], "a"));
+    Heart b(Client(), KeepAliveOf("run", *results[1], "b"));
+    int64_t version = first.version();
+    absl::StatusOr<v1::RunEvent> event;
+    for (int i = 0; i < 50; ++i) {
+      event = watcher->Watch("run", "a", 1, version, absl::Seconds(5));
+      ASSERT_TRUE(event.ok()) << event.status();
+      if (!event->round_current()) break;
+      version = event->version();
+    }
+    EXPECT_FALSE(event->round_current());
+    EXPECT_NE(event->reason().find("'c'"), std::string::npos) << event->reason();
+  }
+  auto next = JoinAll("run", {"b", "a"}, conf, 1);
+  ASSERT_TRUE(next[0].ok()) << next[0].status();
+  ASSERT_TRUE(next[1].ok()) << next[1].status();
+  EXPECT_EQ(next[1]->round(), 2);
+  EXPECT_EQ(next[1]->group_rank(), 0);  // a keeps its place before b
+  EXPECT_EQ(next[0]->group_rank(), 1);
+  EXPECT_EQ(next[0]->group_world_size(), 2);
+}
+
+TEST_F(ServiceTest, WaitingNodeEndsARoundWithRoom) {
+  Conf conf{.min_nodes = 2, .max_nodes = 3, .last_call_s = 0.1};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  auto watcher = Client();
+  v1::RunEvent before = *watcher->KeepAlive(KeepAliveOf("run", *first[0], "a"));
+  auto newcomer = std::async(std::launch::async,
+                             [&] { return Client()->Join(Request("run", "c", conf)); });
+  absl::StatusOr<v1::RunEvent> event =
+      watcher->Watch("run", "a", 1, before.version(), absl::Seconds(10));
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_FALSE(event->round_current());
+  EXPECT_GE(event->waiting_nodes(), 0);
+  EXPECT_NE(event->reason().find("'c' waits to join"), std::string::npos) << event->reason();
+  auto again = JoinAll("run", {"a", "b"}, conf, 1);
+  ASSERT_TRUE(again[0].ok()) << again[0].status();
+  auto c = newcomer.get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->round(), 2);
+  EXPECT_EQ(c->group_world_size(), 3);
+  EXPECT_EQ(c->group_rank(), 2);
+}
+
+TEST_F(ServiceTest, NewcomerToAFullRoundIsASpareUntilANodeLeaves) {
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  auto watcher = Client();
+  v1::RunEvent before = *watcher->KeepAlive(KeepAliveOf("run", *first[0], "a"));
+  auto spare = std::async(std::launch::async,
+                          [&] { return Client()->Join(Request("run", "s", conf)); });
+  absl::StatusOr<v1::RunEvent> event =
+      watcher->Watch("run", "a", 1, before.version(), absl::Seconds(10));
+  ASSERT_TRUE(event.ok());
+  EXPECT_TRUE(event->round_current());
+  EXPECT_EQ(event->waiting_nodes(), 1);
+  ASSERT_TRUE(Client()->Leave("run", "b", "scaling down").ok());
+  event = watcher->Watch("run", "a", 1, event->version(), absl::Seconds(10));
+  ASSERT_TRUE(event.ok());
+  EXPECT_FALSE(event->round_current());
+  EXPECT_NE(event->reason().find("'b' left"), std::string::npos) << event->reason();
+  auto a = Client()->Join(Request("run", "a", conf, 1));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto s = spare.get();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->round(), 2);
+  EXPECT_EQ(a->group_rank(), 0);
+  EXPECT_EQ(s->group_rank(), 1);
+}
+
+TEST_F(ServiceTest, ClosedRunRefusesJoinsAndWakesWatchers) {
+  Conf conf{.min_nodes = 1, .max_nodes = 1};
+  auto first = Client()->Join(Request("job-7", "a", conf));
+  ASSERT_TRUE(first.ok());
+  auto watcher = Client();
+  v1::RunEvent before = *watcher->KeepAlive(KeepAliveOf("job-7", *first, "a"));
+  auto watch = std::async(std::launch::async, [&] {
+    return watcher->Watch("job-7", "a", 1, before.version(), absl::Seconds(10));
+  });
+  ASSERT_TRUE(Client()->Close("job-7", "training finished").ok());
+  auto event = watch.get();
+  ASSERT_TRUE(event.ok());
+  EXPECT_TRUE(event->run_closed());
+  auto late = Client()->Join(Request("job-7", "b", conf));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.status().message().find("run 'job-7' is closed"), std::string::npos)
+      << late.status();
+}
+
+TEST_F(ServiceTest, StoreGetWaitsForALaterSet) {
+  auto reader = Client()->OpenStore("run", 1);
+  auto got = std::async(std::launch::async,
+                        [&] { return reader->Get("nccl_id", absl::Seconds(20)); });
+  auto writer = Client()->OpenStore("run", 1);
+  ASSERT_TRUE(writer->Set("nccl_id", std::string("\0\1id", 4)).ok());
+  auto value = got.get();
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, std::string("\0\1id", 4));
+}
+
+TEST_F(ServiceTest, StoreOperations) {
+  auto store = Client()->OpenStore("run", 3);
+  EXPECT_EQ(store->Get("absent", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Get("absent", absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(*store->Add("count", 5), 5);
+  EXPECT_EQ(*store->Add("count", -2), 3);
+  bool swapped = false;
+  EXPECT_EQ(*store->CompareSet("cas", std::nullopt, "one", &swapped), "one");
+  EXPECT_TRUE(swapped);
+  EXPECT_EQ(*store->CompareSet("cas", std::nullopt, "two", &swapped), "one");
+  EXPECT_FALSE(swapped);
+  EXPECT_EQ(*store->CompareSet("cas", std::string("one"), "three", &swapped), "three");
+  EXPECT_TRUE(swapped);
+  EXPECT_TRUE(*store->Delete("cas"));
+  EXPECT_FALSE(*store->Delete("cas"));
+  auto multi = std::async(std::launch::async, [&] {
+    return Client()->OpenStore("run", 3)->MultiGet({"x", "y", "count"}, absl::Seconds(20));
+  });
+  ASSERT_TRUE(store->MultiSet({{"x", "1"}, {"y", "2"}}).ok());
+  auto values = multi.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"1", "2", "3"}));
+}
+
+TEST_F(ServiceTest, KeysAreScopedToTheirRound) {
+  ASSERT_TRUE(Client()->OpenStore("run", 1)->Set("nccl_id", "round-one").ok());
+  auto round2 = Client()->OpenStore("run", 2);
+  EXPECT_EQ(round2->Get("nccl_id", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(*Client()->OpenStore("run", 1)->Get("nccl_id", absl::ZeroDuration()), "round-one");
+  EXPECT_EQ(Client()->OpenStore("other", 1)->Get("nccl_id", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, RunStatusReportsParticipantsAndProgress) {
+  auto a = Client()->Join(Request("run", "a", Conf{}));
+  ASSERT_TRUE(a.ok());
+  v1::KeepAliveRequest ka = KeepAliveOf("run", *a, "a");
+  v1::RankProgress* p = ka.add_progress();
+  p->set_rank(0);
+  p->set_step(42);
+  ka.set_restart_count(2);
+  ASSERT_TRUE(Client()->KeepAlive(ka).ok());
+  auto status = Client()->RunStatus("run");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::RunStatusResponse::ACTIVE);
+  ASSERT_EQ(status->nodes_size(), 1);
+  EXPECT_EQ(status->nodes(0).restart_count(), 2);
+  ASSERT_EQ(status->nodes(0).progress_size(), 1);
+  EXPECT_EQ(status->nodes(0).progress(0).step(), 42);
+  EXPECT_EQ(Client()->RunStatus("nobody").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  auto a = Client();  // kept across the restart: it must reconnect
+  int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  Start(port);
+  ASSERT_EQ(server_->port(), port);
+
+  v1::KeepAliveRequest ka = KeepAliveOf("run", *first[0], "a");
+  *ka.mutable_options() = Request("run", "a", conf).options();
+  auto event = a->KeepAlive(ka);
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_TRUE(event->round_current());
+  EXPECT_EQ(event->current_round(), 1);
+  auto status = a->RunStatus("run");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->round(), 1);
+  EXPECT_EQ(status->nodes_size(), 2);
+  // b's keep-alive is accepted as a participant of the re-registered round.
+  auto b_event = Client()->KeepAlive(KeepAliveOf("run", *first[1], "b"));
+  ASSERT_TRUE(b_event.ok());
+  EXPECT_TRUE(b_event->round_current());
+  // The next round is numbered above the re-registered one.
+  auto next = JoinAll("run", {"a", "b"}, conf, 1);
+  ASSERT_TRUE(next[0].ok()) << next[0].status();
+  EXPECT_EQ(next[0]->round(), 2);
+}
+
+TEST_F(ServiceTest, KeepAliveForAnUnknownRunWithoutAssignmentIsNotFound) {
+  v1::KeepAliveRequest ka;
+  ka.set_run_id("ghost");
+  ka.set_node_id("a");
+  auto event = Client()->KeepAlive(ka);
+  EXPECT_EQ(event.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(event.status().message().find("ghost"), std::string::npos);
+}
+
+TEST_F(ServiceTest, ShutdownAnswersHeldCalls) {
+  auto store = Client()->OpenStore("run", 1);
+  ClientOptions options;
+  options.endpoint = server_->endpoint();
+  options.retry_budget = absl::Milliseconds(200);
+  auto client = NewGrpcRendezvousClient(options);
+  auto got = std::async(std::launch::async, [&] {
+    return client->OpenStore("run", 1)->Get("never", absl::Seconds(20));
+  });
+  // Wait until the server holds the call, then shut down under it.
+  for (int i = 0; i < 2000 && server_->service()->HeldCalls() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));  // polling a condition, bounded
+  }
+  ASSERT_EQ(server_->service()->HeldCalls(), 1);
+  server_->Shutdown();
+  auto result = got.get();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+}
+
+}  // namespace
+}  // namespace cpptorchrun::rdzv
