@@ -1,0 +1,137 @@
+// rendezvous_server: the rendezvous service as a standalone process.
+//
+//   rendezvous_server --host 0.0.0.0 --port 29400 --token_file /etc/rdzv.token
+//
+// With --port 0 it listens on a free port and prints
+// "rendezvous_server listening on HOST:PORT" on stdout (flushed) as soon as
+// it serves. SIGTERM or SIGINT shut it down cleanly (exit 0).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/server.h"
+#include "rendezvous/version.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using cpptorchrun::rdzv::IsLoopbackHost;
+using cpptorchrun::rdzv::RendezvousServer;
+using cpptorchrun::rdzv::ServerOptions;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "rendezvous_server: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rendezvous_server: the cpptorchrun rendezvous service (gRPC)"};
+  ServerOptions options;
+  std::string host = options.host;
+  int port = cpptorchrun::rdzv::kDefaultRendezvousPort;
+  std::string token_file, tls_cert, tls_key, log_level = "info";
+  bool version = false;
+  app.add_option("--host", host, "address to listen on (IPv6 with or without brackets)")
+      ->capture_default_str();
+  app.add_option("--port", port, "port to listen on; 0 picks a free one and prints it")
+      ->capture_default_str();
+  app.add_option("--token_file", token_file,
+                 "file holding the shared token clients must send (else env "
+                 "CPPTORCHRUN_RDZV_TOKEN; else none)");
+  app.add_option("--tls_cert", tls_cert, "PEM certificate chain: serve TLS (with --tls_key)");
+  app.add_option("--tls_key", tls_key, "PEM private key for --tls_cert");
+  app.add_option("--log_level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--max_runs", options.limits.max_runs, "runs held at once")->capture_default_str();
+  app.add_option("--max_keys_per_run", options.limits.max_keys_per_run, "store keys per run")
+      ->capture_default_str();
+  app.add_option("--max_value_bytes", options.limits.max_value_bytes, "bytes per store value")
+      ->capture_default_str();
+  app.add_option("--max_message_bytes", options.limits.max_message_bytes,
+                 "bytes per request message")
+      ->capture_default_str();
+  app.add_flag("--version", version, "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (version) {
+    std::printf("rendezvous_server %s\n", cpptorchrun::rdzv::kVersion);
+    return 0;
+  }
+
+  spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+  if (level == spdlog::level::off && log_level != "off") {
+    return Fail(absl::StrCat("--log_level '", log_level,
+                             "' is not one of trace, debug, info, warn, error, off"));
+  }
+  spdlog::set_level(level);
+
+  if (port < 0 || port > 65535) {
+    return Fail(absl::StrCat("--port ", port, " is out of range 0..65535"));
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  absl::StatusOr<cpptorchrun::rdzv::Endpoint> parsed = cpptorchrun::rdzv::ParseEndpoint(
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, port);
+  if (!parsed.ok()) return Fail(absl::StrCat("--host: ", parsed.status().message()));
+  options.host = parsed->host;
+  options.port = port;
+
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return Fail(absl::StrCat("--token_file '", token_file, "' cannot be read"));
+    std::stringstream text;
+    text << in.rdbuf();
+    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    if (options.token.empty()) {
+      return Fail(absl::StrCat("--token_file '", token_file, "' is empty"));
+    }
+  } else if (const char* env = std::getenv("CPPTORCHRUN_RDZV_TOKEN"); env != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  options.tls_cert_file = tls_cert;
+  options.tls_key_file = tls_key;
+  if (options.token.empty() && !IsLoopbackHost(options.host)) {
+    spdlog::warn(
+        "listening on non-loopback address {} without a token: anyone who can reach it can "
+        "join runs and read the store (use --token_file or CPPTORCHRUN_RDZV_TOKEN)",
+        options.host);
+  }
+
+  // Signals are taken synchronously by this thread; block them before gRPC
+  // starts its threads so that none of those receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(options);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  std::string listening = cpptorchrun::rdzv::FormatEndpoint({options.host, (*server)->port()});
+  std::printf("rendezvous_server listening on %s\n", listening.c_str());
+  std::fflush(stdout);
+  spdlog::info("rendezvous_server {} serving on {}{}{}", cpptorchrun::rdzv::kVersion, listening,
+               options.token.empty() ? "" : " (token required)",
+               options.tls_cert_file.empty() ? "" : " (TLS)");
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("signal {}: shutting down", signal_number);
+  (*server)->Shutdown();
+  return 0;
+}
