@@ -1,0 +1,211 @@
+// Bad input against a live loopback server: one test per limit, for
+// malformed fields, and for a missing or wrong token. Each asserts the
+// status code and message, then that another client is still served.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+
+namespace cpptorchrun::rdzv {
+namespace {
+
+constexpr char kToken[] = "s3cret-token";
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.token = kToken;
+    options.tick = absl::Milliseconds(5);
+    options.limits.max_message_bytes = 64 << 10;
+    options.limits.max_key_bytes = 16;
+    options.limits.max_value_bytes = 100;
+    options.limits.max_keys_per_run = 3;
+    options.limits.max_runs = 3;
+    options.limits.max_keys_per_call = 4;
+    options.limits.max_nodes_per_run = 8;
+    auto server = RendezvousServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ASSERT_TRUE(Client()->OpenStore("healthy", 0)->Set("k", "v").ok());
+  }
+
+  std::unique_ptr<RendezvousClient> Client(const std::string& token = kToken) {
+    ClientOptions options;
+    options.endpoint = server_->endpoint();
+    options.token = token;
+    options.call_timeout = absl::Seconds(5);
+    options.retry_budget = absl::Seconds(2);
+    return NewGrpcRendezvousClient(options);
+  }
+
+  // Another client is still served after the bad call.
+  void ExpectStillServing() {
+    auto value = Client()->OpenStore("healthy", 0)->Get("k", absl::ZeroDuration());
+    ASSERT_TRUE(value.ok()) << value.status();
+    EXPECT_EQ(*value, "v");
+  }
+
+  static void ExpectError(const absl::Status& status, absl::StatusCode code,
+                          const std::string& fragment) {
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), fragment)) << status;
+  }
+
+  static v1::JoinRequest Join(const std::string& run, const std::string& node, int min_nodes,
+                              int max_nodes) {
+    v1::JoinRequest r;
+    r.set_run_id(run);
+    r.mutable_node()->set_node_id(node);
+    r.mutable_node()->set_host("127.0.0.1");
+    r.mutable_node()->set_local_world_size(1);
+    r.mutable_node()->set_static_node_rank(-1);
+    r.mutable_options()->set_min_nodes(min_nodes);
+    r.mutable_options()->set_max_nodes(max_nodes);
+    r.mutable_options()->set_join_timeout_s(5);
+    return r;
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+};
+
+TEST_F(BadInputTest, MissingTokenIsUnauthenticated) {
+  auto status = Client("")->OpenStore("healthy", 0)->Get("k", absl::ZeroDuration()).status();
+  ExpectError(status, absl::StatusCode::kUnauthenticated, "token");
+  ExpectError(Client("")->Join(Join("run", "a", 1, 1)).status(),
+              absl::StatusCode::kUnauthenticated, "token");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, WrongTokenIsUnauthenticated) {
+  for (const std::string& wrong : {std::string("s3cret-tokeN"), std::string("s3cret"),
+                                   std::string("s3cret-token-and-more")}) {
+    ExpectError(Client(wrong)->OpenStore("healthy", 0)->Set("k", "evil"),
+                absl::StatusCode::kUnauthenticated, "token");
+  }
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, RunIdCharacters) {
+  ExpectError(Client()->OpenStore("bad/run", 0)->Set("k", "v"),
+              absl::StatusCode::kInvalidArgument, "allowed are [A-Za-z0-9._-]");
+  ExpectError(Client()->Join(Join("bad run", "a", 1, 1)).status(),
+              absl::StatusCode::kInvalidArgument, "allowed are");
+  ExpectError(Client()->OpenStore("", 0)->Set("k", "v"), absl::StatusCode::kInvalidArgument,
+              "run_id is empty");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, RunIdLength) {
+  ExpectError(Client()->OpenStore(std::string(129, 'r'), 0)->Set("k", "v"),
+              absl::StatusCode::kInvalidArgument, "the limit is 128");
+  EXPECT_TRUE(Client()->OpenStore(std::string(128, 'r'), 0)->Set("k", "v").ok());
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, KeyBytes) {
+  ExpectError(Client()->OpenStore("healthy", 0)->Set(std::string(17, 'k'), "v"),
+              absl::StatusCode::kInvalidArgument, "max_key_bytes");
+  ExpectError(Client()->OpenStore("healthy", 0)->Set("", "v"), absl::StatusCode::kInvalidArgument,
+              "key is empty");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, ValueBytes) {
+  ExpectError(Client()->OpenStore("healthy", 0)->Set("big", std::string(101, 'x')),
+              absl::StatusCode::kResourceExhausted, "max_value_bytes");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, MessageBytes) {
+  ExpectError(Client()->OpenStore("healthy", 0)->Set("huge", std::string(100 << 10, 'x')),
+              absl::StatusCode::kResourceExhausted, "");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, KeysPerRun) {
+  auto store = Client()->OpenStore("full", 1);
+  ASSERT_TRUE(store->Set("a", "1").ok());
+  ASSERT_TRUE(store->Set("b", "2").ok());
+  ASSERT_TRUE(store->Set("c", "3").ok());
+  ExpectError(store->Set("d", "4"), absl::StatusCode::kResourceExhausted, "max_keys_per_run");
+  ExpectError(store->Add("e", 1).status(), absl::StatusCode::kResourceExhausted,
+              "max_keys_per_run");
+  EXPECT_TRUE(store->Set("a", "overwrite is fine").ok());
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, RunsPerServer) {
+  ASSERT_TRUE(Client()->OpenStore("second", 0)->Set("k", "v").ok());
+  ASSERT_TRUE(Client()->OpenStore("third", 0)->Set("k", "v").ok());
+  ExpectError(Client()->OpenStore("fourth", 0)->Set("k", "v"),
+              absl::StatusCode::kResourceExhausted, "max_runs");
+  ExpectError(Client()->Join(Join("fifth", "a", 1, 1)).status(),
+              absl::StatusCode::kResourceExhausted, "max_runs");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, KeysPerCall) {
+  ExpectError(Client()->OpenStore("healthy", 0)
+                  ->MultiGet({"a", "b", "c", "d", "e"}, absl::ZeroDuration())
+                  .status(),
+              absl::StatusCode::kInvalidArgument, "max_keys_per_call");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, NodeInfo) {
+  v1::JoinRequest no_id = Join("run", "", 1, 1);
+  ExpectError(Client()->Join(no_id).status(), absl::StatusCode::kInvalidArgument,
+              "node_id is empty");
+  v1::JoinRequest no_host = Join("run", "a", 1, 1);
+  no_host.mutable_node()->clear_host();
+  ExpectError(Client()->Join(no_host).status(), absl::StatusCode::kInvalidArgument, "no host");
+  v1::JoinRequest no_workers = Join("run", "a", 1, 1);
+  no_workers.mutable_node()->set_local_world_size(0);
+  ExpectError(Client()->Join(no_workers).status(), absl::StatusCode::kInvalidArgument,
+              "local_world_size");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, RunOptions) {
+  ExpectError(Client()->Join(Join("run", "a", 0, 1)).status(), absl::StatusCode::kInvalidArgument,
+              "min_nodes");
+  ExpectError(Client()->Join(Join("run", "a", 3, 2)).status(), absl::StatusCode::kInvalidArgument,
+              "below min_nodes");
+  ExpectError(Client()->Join(Join("run", "a", 1, 9)).status(), absl::StatusCode::kInvalidArgument,
+              "limit of 8 nodes");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, NnodesDisagreeWithTheRun) {
+  auto first = Client()->Join(Join("run", "a", 1, 1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ExpectError(Client()->Join(Join("run", "b", 2, 2)).status(),
+              absl::StatusCode::kFailedPrecondition, "has nnodes 1:1");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, StoreRoundThatIsOver) {
+  auto client = Client();
+  v1::JoinRequest r = Join("run", "a", 1, 1);
+  for (int round = 1; round <= 3; ++round) {
+    r.set_last_round(round - 1);
+    auto a = client->Join(r);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->round(), round);
+  }
+  ExpectError(client->OpenStore("run", 1)->Set("k", "v"), absl::StatusCode::kFailedPrecondition,
+              "round 1 of run 'run' is over");
+  EXPECT_TRUE(client->OpenStore("run", 2)->Set("k", "v").ok());
+  ExpectStillServing();
+}
+
+}  // namespace
+}  // namespace cpptorchrun::rdzv
