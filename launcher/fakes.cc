@@ -304,6 +304,12 @@ std::vector<rdzv::v1::KeepAliveRequest> FakeRendezvousClient::keep_alives() cons
   absl::MutexLock lock(&mu_);
   return keep_alives_;
 }
+bool FakeRendezvousClient::WaitForKeepAlives(size_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return keep_alives_.size() >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
 std::vector<std::string> FakeRendezvousClient::leaves() const {
   absl::MutexLock lock(&mu_);
   return leaves_;

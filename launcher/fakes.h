@@ -122,6 +122,8 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
 
   std::vector<rdzv::v1::JoinRequest> joins() const;
   std::vector<rdzv::v1::KeepAliveRequest> keep_alives() const;
+  // Waits (bounded) until at least `n` keep-alives arrived.
+  bool WaitForKeepAlives(size_t n, absl::Duration timeout) const;
   std::vector<std::string> leaves() const;
   std::vector<std::string> closes() const;
   rdzv::Store* store() { return store_.get(); }

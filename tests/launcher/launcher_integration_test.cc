@@ -453,7 +453,7 @@ TEST_F(LauncherTest, EachWorkerLeadsItsOwnProcessGroup) {
 }
 
 TEST_F(LauncherTest, SilentWorkerIsHungAndKilled) {
-  Launcher l({"--nproc_per_node=2", "--worker_timeout=1", "--monitor_interval=0.1", g_worker, "--record",
+  Launcher l({"--nproc_per_node=2", "--worker_timeout=1", "--shutdown_timeout=1", "--monitor_interval=0.1", g_worker, "--record",
               dir_, "--heartbeats", "2", "--ignore_sigterm", "--hang"});
   EXPECT_EQ(l.Wait(), 128 + SIGKILL);
   EXPECT_THAT(l.err(), HasSubstr("hung: no heartbeat"));
