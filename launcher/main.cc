@@ -74,6 +74,11 @@ std::string HostName() {
   return buf;
 }
 
+// Whether `h` names this host: loopback, `local_addr`, or the host name.
+bool IsThisHost(const std::string& h, const std::string& local_addr) {
+  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 || h == local_addr || h == HostName();
+}
+
 int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env) {
   // Devices and the program: any problem is a usage error, nothing started.
   std::unique_ptr<DeviceEnumerator> devices =
@@ -122,25 +127,47 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::unique_ptr<rdzv::RendezvousClient> client;
   std::string endpoint;
-  const bool embed = c.standalone || (single_node && !c.has_rdzv_endpoint) ||
-                     (c.rdzv_endpoint_from_master && c.node_rank == 0);
-  if (embed) {
+  // Who serves the rendezvous: --standalone and a single node without an
+  // endpoint embed one on loopback; static multi-node serves it on node 0 at
+  // MASTER_ADDR:MASTER_PORT; c10d serves it where --rdzv_conf is_host says,
+  // or (torchrun's rule) when the endpoint is this host and its port is free.
+  const bool loopback_embed = c.standalone || (single_node && !c.has_rdzv_endpoint);
+  bool host_endpoint = false;
+  bool host_required = false;
+  if (!loopback_embed && c.rdzv_endpoint_from_master) {
+    host_endpoint = host_required = c.node_rank == 0;
+  } else if (!loopback_embed && c.rdzv_backend == RdzvBackend::kC10d && c.has_rdzv_endpoint) {
+    auto it = c.rdzv_conf.find("is_host");
+    if (it != c.rdzv_conf.end()) {
+      host_endpoint = host_required = (it->second == "1" || it->second == "true" || it->second == "True");
+    } else {
+      host_endpoint = IsThisHost(c.rdzv_endpoint.host, host);
+    }
+  }
+  if (loopback_embed || host_endpoint) {
     rdzv::ServerOptions so;
-    so.host = single_node ? "127.0.0.1" : c.rdzv_endpoint.host;
-    so.port = single_node ? 0 : c.rdzv_endpoint.port;
+    so.host = loopback_embed ? "127.0.0.1" : c.rdzv_endpoint.host;
+    so.port = loopback_embed ? 0 : c.rdzv_endpoint.port;
     so.token = token;
     auto started = rdzv::RendezvousServer::Start(so);
     if (!started.ok()) {
-      if (!single_node) {
+      if (host_required) {
         spdlog::error("cannot serve the rendezvous at {}: {}", c.rdzv_endpoint.ToString(),
                       started.status().ToString());
         return 1;
       }
-      spdlog::warn("embedded rendezvous server unavailable ({}); using the local one",
-                   started.status().ToString());
+      if (loopback_embed) {
+        spdlog::warn("embedded rendezvous server unavailable ({}); using the local one",
+                     started.status().ToString());
+      } else {
+        // Another launcher on this host serves it: be its client.
+        endpoint = c.rdzv_endpoint.ToString();
+        spdlog::debug("not hosting the rendezvous: {}", started.status().ToString());
+      }
     } else {
       server = std::move(*started);
-      endpoint = server->endpoint();
+      endpoint = loopback_embed ? server->endpoint() : c.rdzv_endpoint.ToString();
+      if (!loopback_embed) spdlog::info("serving the rendezvous at {}", endpoint);
     }
   } else {
     endpoint = c.rdzv_endpoint.ToString();
@@ -232,6 +259,17 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   ElasticAgent agent(o);
   AgentResult result = agent.Run();
 
+  if (server != nullptr && !loopback_embed) {
+    // Other nodes still talk to the rendezvous this node serves (the exit
+    // barrier's stragglers, Leave, a closed run's Watch): stay until they
+    // have left, within a bound.
+    const absl::Time linger_until = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < linger_until) {
+      auto st = client->RunStatus(c.rdzv_id);
+      if (!st.ok() || st->nodes_size() == 0) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
   // The agent service is not shut down (gRPC's shutdown takes tens of
   // milliseconds): the process ends below, and its socket is removed.
   (*run_dir)->Finish(/*keep_logs=*/c.redirects.all || c.tee.all || c.redirects.per_rank_form ||

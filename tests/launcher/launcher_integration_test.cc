@@ -541,6 +541,81 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackWithStatus) {
   EXPECT_EQ(n1.Wait(), 0) << n1.err();
 }
 
+// The environment with the highest CPPTORCHRUN_RDZV_ROUND among the env.*
+// files in `dir` (empty when none).
+std::map<std::string, std::string> LatestEnv(const std::string& dir) {
+  std::map<std::string, std::string> best;
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(("ls " + dir).c_str(), "r"), pclose);
+  char line[4096];
+  while (p && fgets(line, sizeof(line), p.get()) != nullptr) {
+    std::string name(line);
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (!absl::StartsWith(name, "env.")) continue;
+    std::map<std::string, std::string> env;
+    for (absl::string_view l : absl::StrSplit(ReadFile(dir + "/" + name), '\n', absl::SkipEmpty())) {
+      size_t eq = l.find('=');
+      env[std::string(l.substr(0, eq))] = std::string(l.substr(eq + 1));
+    }
+    if (best.empty() || std::atoi(env["CPPTORCHRUN_RDZV_ROUND"].c_str()) >
+                            std::atoi(best["CPPTORCHRUN_RDZV_ROUND"].c_str())) {
+      best = env;
+    }
+  }
+  return best;
+}
+
+bool PortOpen(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
+  const int port = FreePort();
+  const std::string go = dir_ + "/go";
+  const std::string conf = "--rdzv_conf=keep_alive_interval=0.2,keep_alive_max_attempt=2,last_call_timeout=3";
+  std::vector<std::string> common = {"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                                     absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=elastic",
+                                     "--local_addr=127.0.0.1", "--monitor_interval=0.1", "--max_restarts=0"};
+  std::vector<std::string> a_args = common;
+  a_args.insert(a_args.end(), {conf + ",is_host=1", g_worker, "--record", dir_, "--wait_file", go});
+  Launcher a(a_args);
+  ASSERT_TRUE(Eventually([&] { return PortOpen(port); })) << a.err();
+  const std::string b_dir = dir_ + "/b";
+  mkdir(b_dir.c_str(), 0755);
+  std::vector<std::string> b_args = common;
+  b_args.insert(b_args.end(), {conf + ",is_host=0", g_worker, "--record", b_dir, "--wait_file", go});
+  Launcher b(b_args);
+  // Round 1: both nodes, 4 ranks.
+  ASSERT_TRUE(Eventually([&] {
+    return LatestEnv(dir_)["WORLD_SIZE"] == "4" && LatestEnv(b_dir)["WORLD_SIZE"] == "4";
+  }, absl::Seconds(60))) << a.err() << "\n" << b.err();
+  const std::string first_round = LatestEnv(dir_)["CPPTORCHRUN_RDZV_ROUND"];
+  std::vector<pid_t> b_workers;
+  for (const char* f : {"/pid.0.0", "/pid.1.0", "/pid.2.0", "/pid.3.0"}) {
+    if (Exists(b_dir + f)) b_workers.push_back(std::atoi(ReadFile(b_dir + f).c_str()));
+  }
+  ASSERT_EQ(b_workers.size(), 2u);
+  // Node b dies hard; its workers die with it.
+  b.Signal(SIGKILL);
+  EXPECT_EQ(b.Wait(), 128 + SIGKILL);
+  for (pid_t pid : b_workers) EXPECT_TRUE(Eventually([pid] { return Dead(pid); }, absl::Seconds(10)));
+  // Node a notices, restarts alone in a new round; its restart count stays 0.
+  ASSERT_TRUE(Eventually([&] {
+    auto env = LatestEnv(dir_);
+    return env["CPPTORCHRUN_RDZV_ROUND"] != first_round && env["WORLD_SIZE"] == "2";
+  }, absl::Seconds(60))) << a.err();
+  EXPECT_EQ(LatestEnv(dir_)["TORCHELASTIC_RESTART_COUNT"], "0");
+  std::ofstream(go) << "1";
+  EXPECT_EQ(a.Wait(), 0) << a.err();
+  EXPECT_THAT(a.err(), HasSubstr("restarts not consumed"));
+}
+
 TEST_F(LauncherTest, PytorchGlooEnvInitWorksUnchanged) {
   if (!Exists("/usr/bin/python3") ||
       system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
