@@ -24,6 +24,10 @@ struct Limits {
   // Node ids and hosts: 1..max_node_id_bytes bytes.
   int max_node_id_bytes = 256;
   int max_nodes_per_run = 100000;
+  // Rounds with more nodes get assignments without the participant list
+  // (their agents then cannot re-register after a server restart; they
+  // re-join instead).
+  int max_participants_in_assignment = 4096;
   // Keys in one MultiGet / MultiSet.
   int max_keys_per_call = 10000;
   // The longest the server holds one Join or Watch call before answering

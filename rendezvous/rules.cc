@@ -339,7 +339,8 @@ v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t
   return event;
 }
 
-std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id) {
+std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id,
+                                            int max_participants) {
   auto it = state.participant_index.find(node_id);
   if (state.active_round == 0 || it == state.participant_index.end()) return std::nullopt;
   v1::Assignment a;
@@ -348,12 +349,10 @@ std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::st
   a.set_group_rank(me.group_rank());
   a.set_group_world_size(static_cast<int32_t>(state.participants.size()));
   a.set_rank_offset(me.rank_offset());
-  int world = 0;
-  for (const ParticipantState& p : state.participants) {
-    world += p.participant.local_world_size();
-    *a.add_participants() = p.participant;
+  if (static_cast<int>(state.participants.size()) <= max_participants) {
+    for (const ParticipantState& p : state.participants) *a.add_participants() = p.participant;
   }
-  a.set_world_size(world);
+  a.set_world_size(state.world_size);
   a.set_master_addr(state.master_addr);
   a.set_master_port(state.master_port);
   return a;
@@ -383,6 +382,10 @@ void CompleteRound(absl::Time now, RunState* state) {
   }
   state->participants = std::move(participants);
   ReindexParticipants(state);
+  state->world_size = 0;
+  for (const ParticipantState& p : state->participants) {
+    state->world_size += p.participant.local_world_size();
+  }
   if (!state->participants.empty()) {
     state->master_addr = state->participants[0].node.host();
     state->master_port = state->participants[0].node.free_port();
@@ -599,6 +602,7 @@ bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& req
             });
   state->participants = std::move(participants);
   ReindexParticipants(state);
+  state->world_size = a.world_size();
   state->master_addr = a.master_addr();
   state->master_port = a.master_port();
   state->active_round = a.round();

@@ -92,6 +92,8 @@ struct RunState {
   std::vector<ParticipantState> participants;
   std::string master_addr;
   int32_t master_port = 0;
+  // Sum of the participants' local_world_size.
+  int32_t world_size = 0;
 
   // The round forming now (0: none).
   int64_t forming_round = 0;
@@ -155,8 +157,11 @@ absl::Time NextDeadline(const RunState& state);
 // What `node_id` (in `round`) is told by KeepAlive and Watch.
 v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t round);
 
-// The assignment of a participant of the active round, if it is one.
-std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id);
+// The assignment of a participant of the active round, if it is one. The
+// participant list is left out of rounds larger than `max_participants`
+// (its size grows with the square of the round's).
+std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id,
+                                            int max_participants = 1 << 30);
 
 // Nodes waiting to get into a round: spares and joiners that are not
 // participants of the active round.

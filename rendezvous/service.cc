@@ -267,7 +267,10 @@ void RendezvousService::Cancelled(Held* held) {
 void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
   Release(held);
   std::optional<v1::Assignment> assignment;
-  if (!run->state.active_ended) assignment = AssignmentFor(run->state, held->node_id);
+  if (!run->state.active_ended) {
+    assignment = AssignmentFor(run->state, held->node_id,
+                               options_.limits.max_participants_in_assignment);
+  }
   if (assignment.has_value()) {
     held->join->set_outcome(v1::JoinResponse::COMPLETE);
     *held->join->mutable_assignment() = std::move(*assignment);
@@ -412,6 +415,10 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
       } else if (result->outcome == JoinResult::Outcome::kComplete) {
         response->set_outcome(v1::JoinResponse::COMPLETE);
         *response->mutable_assignment() = result->assignment;
+        if (response->assignment().participants_size() >
+            options_.limits.max_participants_in_assignment) {
+          response->mutable_assignment()->clear_participants();
+        }
       } else {
         held = new Held(this, Held::Kind::kJoin, request->run_id());
         held->node_id = node_id;
