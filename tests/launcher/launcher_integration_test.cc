@@ -616,6 +616,33 @@ TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
   EXPECT_THAT(a.err(), HasSubstr("restarts not consumed"));
 }
 
+TEST_F(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
+  const int port = FreePort();
+  const std::string flag = dir_ + "/failed-once";
+  const std::string b_dir = dir_ + "/b";
+  mkdir(b_dir.c_str(), 0755);
+  auto node = [&](int rank, const std::string& record) {
+    return std::vector<std::string>{
+        "--nnodes=2", "--nproc_per_node=2", absl::StrCat("--node_rank=", rank), "--master_addr=127.0.0.1",
+        absl::StrCat("--master_port=", port), "--rdzv_id=restartall", "--local_addr=127.0.0.1",
+        "--monitor_interval=0.1", "--max_restarts=1", "--rdzv_conf=keep_alive_interval=0.2",
+        g_worker, "--record", record, "--fail_once", "3:" + flag, "--print", "done"};
+  };
+  Launcher n0(node(0, dir_));
+  Launcher n1(node(1, b_dir));
+  EXPECT_EQ(n0.Wait(), 0) << n0.err();
+  EXPECT_EQ(n1.Wait(), 0) << n1.err();
+  EXPECT_TRUE(Exists(flag));
+  // Node 1 (ranks 2, 3) failed once and restarted with count 1; node 0 was
+  // told by the new round and restarted too, without consuming a restart.
+  EXPECT_EQ(Env(0, 0)["CPPTORCHRUN_RDZV_ROUND"], "2");
+  auto b_env = LatestEnv(b_dir);
+  EXPECT_EQ(b_env["TORCHELASTIC_RESTART_COUNT"], "1");
+  EXPECT_EQ(b_env["CPPTORCHRUN_RDZV_ROUND"], "2");
+  EXPECT_THAT(n0.err(), HasSubstr("restarts not consumed"));
+  EXPECT_THAT(n1.err(), HasSubstr("restarting, 1 of 1"));
+}
+
 TEST_F(LauncherTest, PytorchGlooEnvInitWorksUnchanged) {
   if (!Exists("/usr/bin/python3") ||
       system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {

@@ -9,6 +9,7 @@
 //   --print TEXT         one line to stdout
 //   --error_file MSG     rank-scoped: write TORCHELASTIC_ERROR_FILE
 //   --fail_until K       rank-scoped (R:K): exit 1 while restart count < K
+//   --fail_once PATH     rank-scoped: exit 1 if PATH does not exist (creating it)
 //   --exit CODE          rank-scoped: exit with CODE
 //   --raise SIG          rank-scoped: die of SIG
 //   --heartbeats N       send N heartbeats to CPPTORCHRUN_AGENT_SOCKET
@@ -163,6 +164,11 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--fail_until") {
       if (ForMe(next(), &v) && restart < std::atoi(v.c_str())) return 1;
+    } else if (a == "--fail_once") {
+      if (ForMe(next(), &v) && access(v.c_str(), F_OK) != 0) {
+        std::ofstream(v) << rank;
+        return 1;
+      }
     } else if (a == "--exit") {
       if (ForMe(next(), &v)) return std::atoi(v.c_str());
     } else if (a == "--raise") {
