@@ -1,7 +1,10 @@
 // GlooStore: forwards to rdzv::Store, turning statuses into Gloo's exceptions.
 #include "worker/gloo_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gloo/common/error.h"
 
 namespace cpptorchrun::worker {
@@ -35,13 +38,22 @@ void GlooStore::wait(const std::vector<std::string>& keys,
   std::vector<std::string> full;
   full.reserve(keys.size());
   for (const std::string& key : keys) full.push_back(prefix_ + key);
-  absl::StatusOr<std::vector<std::string>> values =
-      store_->MultiGet(full, absl::Milliseconds(timeout.count()));
-  if (!values.ok()) {
+  absl::Status waited = WaitForKeys(*store_, full, absl::Milliseconds(timeout.count()));
+  if (!waited.ok()) {
     throw ::gloo::IoException(absl::StrCat("rendezvous store wait for ", keys.size(),
-                                           " keys under ", prefix_, ": ",
-                                           values.status().ToString()));
+                                           " keys under ", prefix_, ": ", waited.ToString()));
   }
+}
+
+absl::Status WaitForKeys(rdzv::Store& store, const std::vector<std::string>& keys,
+                         absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> value =
+        store.Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!value.ok()) return value.status();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cpptorchrun::worker

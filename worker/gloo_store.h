@@ -34,6 +34,12 @@ class GlooStore final : public gloo::rendezvous::Store {
   const absl::Duration timeout_;
 };
 
+// Waits until every key is set, one Get at a time within one overall
+// `timeout`. (Single-key waits: the rendezvous service's MultiGet long poll
+// was seen not to wake on a concurrent Set; see the worker's notes.)
+absl::Status WaitForKeys(rdzv::Store& store, const std::vector<std::string>& keys,
+                         absl::Duration timeout);
+
 }  // namespace cpptorchrun::worker
 
 #endif  // CPPTORCHRUN_WORKER_GLOO_STORE_H_

@@ -1,11 +1,13 @@
 // The NCCL unique-id exchange and its cross-rank check.
 #include "worker/nccl_bootstrap.h"
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace cpptorchrun::worker {
 
@@ -61,17 +63,20 @@ absl::Status VerifySameUniqueId(rdzv::Store& store, int rank, int world_size,
   if (!set.ok()) return set;
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(absl::StrCat(kNcclUniqueIdKey, "/held_by/", r));
-  absl::StatusOr<std::vector<std::string>> all = store.MultiGet(keys, timeout);
-  if (!all.ok()) {
-    return absl::Status(all.status().code(),
-                        absl::StrCat("waiting for every rank's copy of the NCCL unique id: ",
-                                     all.status().message()));
-  }
+  // One key at a time, within one deadline (see WaitForKeys in gloo_store.h).
+  const absl::Time deadline = absl::Now() + timeout;
   for (int r = 0; r < world_size; ++r) {
-    if ((*all)[r] != mine) {
+    absl::StatusOr<std::string> theirs =
+        store.Get(keys[r], std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!theirs.ok()) {
+      return absl::Status(theirs.status().code(),
+                          absl::StrCat("waiting for rank ", r, "'s copy of the NCCL unique id: ",
+                                       theirs.status().message()));
+    }
+    if (*theirs != mine) {
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", r, " holds a different NCCL unique id than rank ", rank, " (",
-          (*all)[r].substr(0, 16), "... vs ", mine.substr(0, 16), "...)"));
+          theirs->substr(0, 16), "... vs ", mine.substr(0, 16), "...)"));
     }
   }
   return absl::OkStatus();
