@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace cpptorchrun::rdzv {
 
@@ -287,9 +288,36 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
   finishes->emplace_back(held, grpc::Status::OK);
 }
 
+void RendezvousService::LogChanges(Run* run) {
+  const RunState& state = run->state;
+  if (state.closed) {
+    if (!run->logged_closed) {
+      spdlog::info("run '{}' closed: {}", state.run_id, state.closed_reason);
+      run->logged_closed = true;
+    }
+    return;
+  }
+  bool standing = state.active_round > 0 && !state.active_ended;
+  if (standing && state.active_round != run->logged_round) {
+    spdlog::info("run '{}' round {} complete: {} nodes, world size {}", state.run_id,
+                 state.active_round, state.participants.size(), state.world_size);
+    run->logged_round = state.active_round;
+    run->logged_ended = false;
+  } else if (!standing && !run->logged_ended && state.active_round == run->logged_round) {
+    spdlog::info("run '{}' round {} ended: {}", state.run_id, state.active_round,
+                 state.end_reason);
+    run->logged_ended = true;
+  }
+}
+
 void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_out,
                                const std::string& reason, Finishes* finishes) {
   RunState& state = run->state;
+  LogChanges(run);
+  if (!timed_out.empty()) {
+    spdlog::warn("run '{}': {} joining nodes timed out: {}", state.run_id, timed_out.size(),
+                 reason);
+  }
   for (const std::string& id : timed_out) {
     auto it = run->joins.find(id);
     if (it == run->joins.end()) continue;

@@ -115,6 +115,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     absl::flat_hash_set<Held*> watchers;
     std::map<int64_t, Scope> scopes;
     int64_t keys = 0;
+    // What was last logged about the rounds (logged on change only).
+    int64_t logged_round = 0;
+    bool logged_ended = true;
+    bool logged_closed = false;
   };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 
@@ -145,6 +149,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool TryAnswerRead(Scope* scope, Held* held, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropOldScopes(Run* run, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogChanges(Run* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteRun(const std::string& run_id, const grpc::Status& status, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberClosed(const std::string& run_id, const std::string& reason)
