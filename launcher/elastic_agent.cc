@@ -273,7 +273,8 @@ std::vector<FailureRecord> ElasticAgent::Failures() const {
   return out;
 }
 
-bool ElasticAgent::Interruptible(const std::function<void()>& fn, int* signo) {
+ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& fn, int* signo,
+                                                  bool stop_on_round_end) {
   struct Shared {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
@@ -302,16 +303,20 @@ bool ElasticAgent::Interruptible(const std::function<void()>& fn, int* signo) {
       absl::MutexLock lock(&shared->mu);
       if (shared->done) break;
     }
+    if (stop_on_round_end && o_.round_monitor != nullptr && o_.round_monitor->Poll().ended) {
+      helper.detach();
+      return WaitEnd::kRoundEnded;
+    }
     for (const ProcessEvent& e : o_.processes->Wait(o_.clock->Now() + o_.monitor_interval)) {
       if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) {
         *signo = e.signo;
         helper.detach();
-        return false;
+        return WaitEnd::kSignal;
       }
     }
   }
   helper.join();
-  return true;
+  return WaitEnd::kDone;
 }
 
 bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id,
@@ -364,7 +369,8 @@ AgentResult ElasticAgent::Run() {
         absl::UnknownError("not joined"));
     int signo = 0;
     rdzv::RendezvousClient* client = o_.rdzv;
-    if (!Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo)) {
+    if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
+                      /*stop_on_round_end=*/false) != WaitEnd::kDone) {
       spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
       leave(absl::StrCat("signal ", SignalName(signo)));
       result.exit_code = 128 + signo;
@@ -402,18 +408,35 @@ AgentResult ElasticAgent::Run() {
       }
       case Outcome::kSucceeded: {
         int sig = 0;
+        if (a.group_world_size() > 1) {
+          spdlog::info("local workers finished; waiting for the other nodes (exit barrier, at most {})",
+                       absl::FormatDuration(o_.exit_barrier_timeout));
+        }
         rdzv::RendezvousClient* client = o_.rdzv;
         const std::string run_id = o_.run_id;
         const int64_t round = a.round();
         const int gws = a.group_world_size();
         const absl::Duration timeout = o_.exit_barrier_timeout;
-        if (!Interruptible([client, run_id, round, gws, timeout] {
-              ExitBarrier(client, run_id, round, gws, timeout);
-            }, &sig)) {
+        WaitEnd end = Interruptible(
+            [client, run_id, round, gws, timeout] { ExitBarrier(client, run_id, round, gws, timeout); },
+            &sig, /*stop_on_round_end=*/true);
+        if (end == WaitEnd::kSignal) {
           if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
           leave("signal during exit barrier");
           result.exit_code = 128 + sig;
           return result;
+        }
+        if (end == WaitEnd::kRoundEnded) {
+          RoundEnd re = o_.round_monitor->Poll();
+          o_.round_monitor->Stop();
+          if (!re.run_closed) {
+            // Another node restarts the job: the whole job succeeds only in
+            // one round, so this node joins the next one too.
+            spdlog::warn("round {} ended during the exit barrier ({}): restarting the workers "
+                         "(restarts not consumed)", a.round(), re.reason);
+            continue;
+          }
+          spdlog::warn("the run was closed during the exit barrier: {}", re.reason);
         }
         if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
         leave("finished");

@@ -120,9 +120,12 @@ class ElasticAgent {
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo);
   std::vector<FailureRecord> Failures() const;
-  // Runs `fn` on a helper thread while still answering signals; returns
-  // false with *signo set when a stop signal came first.
-  bool Interruptible(const std::function<void()>& fn, int* signo);
+  enum class WaitEnd { kDone, kSignal, kRoundEnded };
+  // Runs `fn` on a helper thread while still answering signals: kSignal
+  // (with *signo) when a stop signal came first, kRoundEnded when the round
+  // ended first and `stop_on_round_end`; the helper is then left to finish
+  // on its own.
+  WaitEnd Interruptible(const std::function<void()>& fn, int* signo, bool stop_on_round_end);
   // Adds 1 to the round's exit counter and waits (bounded) until every node
   // did. Static: it may run on a detached helper thread.
   static bool ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id, int64_t round,

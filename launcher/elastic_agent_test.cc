@@ -320,6 +320,24 @@ TEST_F(AgentTest, ExitBarrierWaitsForTheOtherNodes) {
   EXPECT_EQ(Env(0, "MASTER_ADDR"), "10.9.9.9");
 }
 
+TEST_F(AgentTest, RoundEndDuringTheExitBarrierRejoins) {
+  FakeRendezvousClient two(/*group_rank=*/0, /*group_world_size=*/2);
+  o_.rdzv = &two;
+  o_.blocking_call_grace = absl::ZeroDuration();
+  o_.exit_barrier_timeout = absl::Seconds(30);
+  int starts = 0;
+  processes_.on_start = [this, &starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+    // While the first group waits in the barrier, another node restarts.
+    if (++starts == 2) p.CallAt(s.time + absl::Seconds(3), [this] { monitor_.End("node 1 rejoined", false); });
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_EQ(r.restart_count, 0);
+  EXPECT_EQ(two.joins().size(), 2u);
+}
+
 TEST_F(AgentTest, LogFilesAndConsoleFilter) {
   o_.redirects.all = kStdErr;
   o_.tee.all = kStdOut;

@@ -14,7 +14,7 @@
 //   --raise SIG          rank-scoped: die of SIG
 //   --heartbeats N       send N heartbeats to CPPTORCHRUN_AGENT_SOCKET
 //   --hang               wait for signals forever (bounded: 10 minutes)
-//   --wait_file PATH     wait (bounded: 10 minutes) until PATH exists
+//   --wait_file PATH     rank-scoped: wait (bounded: 10 minutes) until PATH exists
 #include <signal.h>
 #include <unistd.h>
 
@@ -121,8 +121,12 @@ int main(int argc, char** argv) {
     if (a == "--record") {
       record_dir = next();
       std::string suffix = std::to_string(rank) + "." + std::to_string(restart);
-      std::ofstream env(record_dir + "/env." + suffix);
-      for (char** e = environ; *e != nullptr; ++e) env << *e << "\n";
+      {
+        // Closed before the pid file appears: a test that sees the pid file
+        // reads a whole environment.
+        std::ofstream env(record_dir + "/env." + suffix);
+        for (char** e = environ; *e != nullptr; ++e) env << *e << "\n";
+      }
       std::ofstream(record_dir + "/pid." + suffix) << getpid() << " " << getpgid(0) << "\n";
     } else if (a == "--on_signal") {
       struct sigaction sa {};
@@ -201,8 +205,7 @@ int main(int argc, char** argv) {
     } else if (a == "--hang") {
       WaitFor([] { return false; });
     } else if (a == "--wait_file") {
-      std::string path = next();
-      WaitFor([&] { return access(path.c_str(), F_OK) == 0; });
+      if (ForMe(next(), &v)) WaitFor([&] { return access(v.c_str(), F_OK) == 0; });
     } else {
       std::fprintf(stderr, "test_worker: unknown flag %s\n", a.c_str());
       return 100;
