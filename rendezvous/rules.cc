@@ -312,8 +312,11 @@ absl::Time NextDeadline(const RunState& state) {
 }
 
 int WaitingNodes(const RunState& state) {
-  return static_cast<int>(state.spares.size()) +
-         (StandingRound(state) ? static_cast<int>(state.joiners.size()) : 0);
+  int waiting = static_cast<int>(state.spares.size());
+  for (const Joiner& j : state.joiners) {
+    if (!state.participant_index.contains(j.node.node_id())) ++waiting;
+  }
+  return waiting;
 }
 
 v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t round) {

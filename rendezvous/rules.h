@@ -163,8 +163,8 @@ v1::RunEvent EventFor(const RunState& state, const std::string& node_id, int64_t
 std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::string& node_id,
                                             int max_participants = 1 << 30);
 
-// Nodes waiting to get into a round: spares and joiners that are not
-// participants of the active round.
+// Nodes waiting to get into a round: spares, and joiners that are not
+// participants of the latest round (newcomers).
 int WaitingNodes(const RunState& state);
 
 // --- transitions (deterministic; `now` is passed in) -------------------------

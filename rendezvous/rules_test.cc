@@ -336,6 +336,26 @@ TEST(Active, NewcomerToAFullRoundIsASpareAdmittedWhenANodeLeaves) {
   EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "s"}));
 }
 
+TEST(Active, WaitingNodesCountNewcomersNotSurvivors) {
+  RunState s = ActiveRun(1, 3, {"a", "b"});
+  Join(&s, kT0 + absl::Seconds(1), "n");  // ends round 1
+  Join(&s, kT0 + absl::Seconds(1), "a", 1);
+  EXPECT_EQ(WaitingNodes(s), 1);
+  EXPECT_EQ(EventFor(s, "b", 1).waiting_nodes(), 1);
+}
+
+TEST(Active, LargeRoundsLeaveTheParticipantListOut) {
+  RunState s = ActiveRun(3, 3, {"a", "b", "c"});
+  EXPECT_EQ(AssignmentFor(s, "b", 3)->participants_size(), 3);
+  std::optional<v1::Assignment> small = AssignmentFor(s, "b", 2);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_EQ(small->participants_size(), 0);
+  EXPECT_EQ(small->world_size(), 6);
+  EXPECT_EQ(small->group_world_size(), 3);
+  EXPECT_EQ(small->rank_offset(), 2);
+  EXPECT_FALSE(AssignmentFor(s, "stranger").has_value());
+}
+
 TEST(Active, RejoinWithTheCurrentRoundStartsTheNextOne) {
   RunState s = ActiveRun(1, 2, {"a", "b"});
   JoinResult r = Join(&s, kT0 + absl::Seconds(1), "a", 1);
@@ -380,6 +400,8 @@ TEST(ReRegister, RecreatesTheRoundFromAnAssignment) {
   ASSERT_TRUE(ReRegister(kT0 + absl::Minutes(1), &fresh, ka));
   EXPECT_EQ(fresh.active_round, 1);
   EXPECT_EQ(Ids(fresh), Ids(old));
+  EXPECT_EQ(fresh.world_size, 6);
+  EXPECT_EQ(fresh.master_addr, "host-a");
   EXPECT_TRUE(EventFor(fresh, "c", 1).round_current());
   EXPECT_FALSE(ReRegister(kT0 + absl::Minutes(1), &fresh, ka));  // known now
   // Others count as alive until their own deadline.
