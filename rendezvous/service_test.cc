@@ -18,7 +18,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client.h"
+#include "rendezvous/clock.h"
 #include "rendezvous/server.h"
 
 namespace cpptorchrun::rdzv {
@@ -403,6 +406,99 @@ TEST_F(ServiceTest, ShutdownAnswersHeldCalls) {
   server_->Shutdown();
   auto result = got.get();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+}
+
+// Waits (bounded) until the server holds `n` calls.
+bool AwaitHeld(RendezvousServer* server, int n) {
+  for (int i = 0; i < 5000; ++i) {
+    if (server->service()->HeldCalls() == n) return true;
+    absl::SleepFor(absl::Milliseconds(1));  // polling a condition, bounded
+  }
+  return false;
+}
+
+TEST_F(ServiceTest, CancelledCallsAreFinishedAndForgotten) {
+  auto channel = grpc::CreateChannel(server_->endpoint(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Rendezvous::NewStub(channel);
+  grpc::ClientContext ctx;
+  v1::GetRequest request;
+  request.mutable_scope()->set_run_id("run");
+  request.mutable_scope()->set_round(1);
+  request.set_key("never");
+  request.set_timeout_ms(20000);
+  v1::GetResponse response;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Get(&ctx, &request, &response, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  ASSERT_TRUE(AwaitHeld(server_.get(), 1));
+  ctx.TryCancel();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(AwaitHeld(server_.get(), 0));
+  // A later Set finds no stale reader and the key is readable.
+  auto store = Client()->OpenStore("run", 1);
+  ASSERT_TRUE(store->Set("never", "now").ok());
+  EXPECT_EQ(*store->Get("never", absl::ZeroDuration()), "now");
+}
+
+TEST_F(ServiceTest, ClientRetriesUntilTheServerComesBack) {
+  int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  ClientOptions options;
+  options.endpoint = absl::StrCat("127.0.0.1:", port);
+  options.retry_budget = absl::Seconds(20);
+  auto client = NewGrpcRendezvousClient(options);
+  auto set = std::async(std::launch::async,
+                        [&] { return client->OpenStore("run", 1)->Set("k", "v"); });
+  // The first attempts fail while nothing listens; then the server returns.
+  EXPECT_EQ(set.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  Start(port);
+  absl::Status status = set.get();
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST_F(ServiceTest, RetryBudgetSpentNamesTheEndpoint) {
+  int port = server_->port();
+  server_->Shutdown();
+  ClientOptions options;
+  options.endpoint = absl::StrCat("127.0.0.1:", port);
+  options.retry_budget = absl::Milliseconds(300);
+  absl::Status status = NewGrpcRendezvousClient(options)->Close("run", "done");
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(status.message().find(absl::StrCat("127.0.0.1:", port)), std::string::npos) << status;
+}
+
+// The server's clock is injectable: deadlines move with a fake clock, and
+// Tick() applies them without waiting.
+TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
+  FakeClock clock;
+  ServerOptions options;
+  options.clock = &clock;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions client_options;
+  client_options.endpoint = (*server)->endpoint();
+  auto client = NewGrpcRendezvousClient(client_options);
+  Conf conf{.min_nodes = 2, .max_nodes = 2};  // keep-alive deadline 15 s
+  auto a = std::async(std::launch::async, [&] {
+    return NewGrpcRendezvousClient(client_options)->Join(Request("run", "a", conf));
+  });
+  auto b = client->Join(Request("run", "b", conf));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(a.get().ok());
+  clock.Advance(absl::Seconds(10));
+  ASSERT_TRUE(client->KeepAlive(KeepAliveOf("run", *b, "b")).ok());
+  clock.Advance(absl::Seconds(6));  // a: 16 s silent; b: 6 s
+  (*server)->service()->Tick();
+  auto event = client->KeepAlive(KeepAliveOf("run", *b, "b"));
+  ASSERT_TRUE(event.ok());
+  EXPECT_FALSE(event->round_current());
+  EXPECT_NE(event->reason().find("node 'a'"), std::string::npos) << event->reason();
+  EXPECT_NE(event->reason().find("16s"), std::string::npos) << event->reason();
 }
 
 }  // namespace
