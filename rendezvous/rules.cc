@@ -66,18 +66,18 @@ void EnsureForming(RunState* state) {
   state->min_reached_at.reset();
 }
 
-bool ShouldComplete(absl::Time now, const std::vector<Joiner>& living,
+// Whether a forming round with `living` joiners, needing `needed`, completes.
+bool ShouldComplete(absl::Time now, int living, int needed,
                     const std::optional<absl::Time>& min_reached_at, const RoundOptions& options,
                     std::string* reason) {
-  int n = static_cast<int>(living.size());
-  if (n == 0) return false;
-  if (n >= options.max_nodes) {
+  if (living == 0) return false;
+  if (living >= options.max_nodes) {
     *reason = absl::StrCat("max_nodes (", options.max_nodes, ") joined");
     return true;
   }
-  if (n >= NodesNeeded(living, options) && min_reached_at.has_value() &&
+  if (living >= needed && min_reached_at.has_value() &&
       now >= *min_reached_at + options.last_call_timeout) {
-    *reason = absl::StrCat(n, " nodes joined (min_nodes ", options.min_nodes,
+    *reason = absl::StrCat(living, " nodes joined (min_nodes ", options.min_nodes,
                            ") and the last call of ",
                            absl::FormatDuration(options.last_call_timeout), " passed");
     return true;
@@ -240,31 +240,33 @@ FormingDecision DecideForming(absl::Time now, const RunState& state) {
   FormingDecision decision;
   if (state.closed || state.forming_round == 0) return decision;
   const RoundOptions& options = state.options;
-  std::vector<Joiner> living;
+  // Runs every tick over every joiner: counts only, no copies.
+  int living = 0;
+  int needed = options.min_nodes;
   for (const Joiner& j : state.joiners) {
     if (!j.polling && now > j.last_heard + options.KeepAliveDeadline()) {
       decision.dead.push_back(j.node.node_id());
     } else {
-      living.push_back(j);
+      ++living;
+      needed = std::max(needed, j.node.static_node_rank() + 1);
     }
   }
   std::optional<absl::Time> min_reached = state.min_reached_at;
-  if (!decision.dead.empty() &&
-      static_cast<int>(living.size()) < NodesNeeded(living, options)) {
-    min_reached.reset();
-  }
-  if (ShouldComplete(now, living, min_reached, options, &decision.reason)) {
+  if (!decision.dead.empty() && living < needed) min_reached.reset();
+  if (ShouldComplete(now, living, needed, min_reached, options, &decision.reason)) {
     decision.complete = true;
     return decision;
   }
-  for (const Joiner& j : living) {
-    if (now >= j.joined_at + options.join_timeout) decision.timed_out.push_back(j.node.node_id());
+  for (const Joiner& j : state.joiners) {
+    bool dead = !j.polling && now > j.last_heard + options.KeepAliveDeadline();
+    if (!dead && now >= j.joined_at + options.join_timeout) {
+      decision.timed_out.push_back(j.node.node_id());
+    }
   }
   if (!decision.timed_out.empty()) {
     decision.reason = absl::StrCat("round ", state.forming_round, " did not complete within ",
-                                   absl::FormatDuration(options.join_timeout), ": ",
-                                   living.size(), " of min_nodes ", options.min_nodes,
-                                   " nodes joined");
+                                   absl::FormatDuration(options.join_timeout), ": ", living,
+                                   " of min_nodes ", options.min_nodes, " nodes joined");
   } else if (!decision.dead.empty()) {
     decision.reason = absl::StrCat(decision.dead.size(), " joining nodes went silent");
   }
@@ -502,7 +504,9 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
   }
   UpdateMinReached(now, state);
   std::string reason;
-  if (ShouldComplete(now, state->joiners, state->min_reached_at, state->options, &reason)) {
+  if (ShouldComplete(now, static_cast<int>(state->joiners.size()),
+                     NodesNeeded(state->joiners, state->options), state->min_reached_at,
+                     state->options, &reason)) {
     CompleteRound(now, state);
     result.round_completed = true;
     result.outcome = JoinResult::Outcome::kComplete;
