@@ -4,6 +4,9 @@
 //
 //   bazel run --config=bench //rendezvous:rendezvous_bench -- --sizes=100,1000,10000
 //
+// --json prints one JSON object per size (n, round_s, store_s, gets,
+// server_peak_rss_mib, ok) for bench runners.
+//
 // The server is the rendezvous_server binary in its own process. The agents
 // are spread over --procs client processes (forked before any gRPC use),
 // each driving its share with gRPC's callback client API over --channels
@@ -42,6 +45,8 @@ struct Flags {
   int procs = 8;
   int channels = 4;
   std::string server;
+  // One JSON object per size instead of the table line.
+  bool json = false;
 };
 
 // --- line protocol over pipes between the parent and its children ----------
@@ -322,8 +327,16 @@ bool RunSize(const Flags& flags, int n) {
   }
   kill(server.pid, SIGTERM);
   waitpid(server.pid, nullptr, 0);
-  std::printf("N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB%s\n",
-              n, join_s, 8 * n, store_s, rss, ok ? "" : "   FAILED");
+  if (flags.json) {
+    std::printf(
+        "{\"n\": %d, \"round_s\": %.4f, \"store_s\": %.4f, \"gets\": %d, "
+        "\"server_peak_rss_mib\": %.1f, \"ok\": %s}\n",
+        n, join_s, store_s, 8 * n, rss, ok ? "true" : "false");
+  } else {
+    std::printf(
+        "N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB%s\n", n,
+        join_s, 8 * n, store_s, rss, ok ? "" : "   FAILED");
+  }
   std::fflush(stdout);
   return ok;
 }
@@ -370,16 +383,20 @@ int main(int argc, char** argv) {
       }
     } else if (auto v = value("--server=")) {
       flags.server = *v;
+    } else if (arg == "--json") {
+      flags.json = true;
     } else {
       std::fprintf(stderr,
                    "usage: rendezvous_bench [--sizes=100,1000,10000] [--procs=8] [--channels=4] "
-                   "[--server=PATH]\nunknown argument '%s'\n",
+                   "[--server=PATH] [--json]\nunknown argument '%s'\n",
                    argv[i]);
       return 2;
     }
   }
-  std::printf("rendezvous_bench: %d client processes x %d channels, server %s\n", flags.procs,
-              flags.channels, flags.server.c_str());
+  if (!flags.json) {
+    std::printf("rendezvous_bench: %d client processes x %d channels, server %s\n", flags.procs,
+                flags.channels, flags.server.c_str());
+  }
   bool ok = true;
   for (int n : flags.sizes) ok &= RunSize(flags, n);
   return ok ? 0 : 1;
