@@ -50,7 +50,9 @@ class RendezvousClient {
 
   virtual absl::StatusOr<v1::RunEvent> KeepAlive(const v1::KeepAliveRequest& request) = 0;
 
-  // Returns when the run's version passes `version` or after `timeout`.
+  // Returns when the run's version differs from `version` (a change, or a
+  // restarted server), when `round` (> 0) is no longer current, or after
+  // `timeout`.
   virtual absl::StatusOr<v1::RunEvent> Watch(const std::string& run_id,
                                              const std::string& node_id, int64_t round,
                                              int64_t version, absl::Duration timeout) = 0;

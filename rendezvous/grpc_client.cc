@@ -302,8 +302,10 @@ class GrpcRendezvousClient final : public RendezvousClient {
       });
       if (!status.ok()) return status;
       // The server bounds each call; ask again until our own timeout.
-      if (response.event().version() > version || response.event().run_closed() ||
-          absl::Now() >= deadline) {
+      // A different version is a change (or a restarted server); an ended
+      // round is news too.
+      if (response.event().version() != version || response.event().run_closed() ||
+          (round > 0 && !response.event().round_current()) || absl::Now() >= deadline) {
         return response.event();
       }
     }

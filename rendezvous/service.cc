@@ -65,6 +65,10 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
 
 absl::Duration Millis(int32_t ms) { return absl::Milliseconds(std::max<int32_t>(ms, 0)); }
 
+// A run's versions start from the clock, so that a run re-created after a
+// server restart is unlikely to repeat a version its watchers hold.
+int64_t FirstVersion(absl::Time now) { return absl::ToUnixMicros(now); }
+
 }  // namespace
 
 RendezvousService::RendezvousService(const ServiceOptions& options) : options_(options) {}
@@ -343,7 +347,7 @@ void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_o
   if (!run->watchers.empty()) {
     std::vector<Held*> woken;
     for (Held* held : run->watchers) {
-      if (held->version < state.version || state.closed) woken.push_back(held);
+      if (held->version != state.version || state.closed) woken.push_back(held);
     }
     for (Held* held : woken) {
       Release(held);
@@ -431,6 +435,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
       Run* run = *found;
       if (!run->formed) {
         run->state = NewRun(request->run_id(), *round_options);
+        run->state.version = FirstVersion(now);
         run->formed = true;
       }
       const std::string& node_id = request->node().node_id();
@@ -507,6 +512,7 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
             status = o.status();
           } else {
             run->state = NewRun(request->run_id(), *o);
+            run->state.version = FirstVersion(now);
             run->formed = true;
           }
         }
@@ -547,9 +553,12 @@ grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* 
       status = absl::UnavailableError("rendezvous server shutting down");
     } else {
       Run* run = it->second.get();
-      if (run->state.version > request->version() || run->state.closed ||
-          request->timeout_ms() <= 0) {
-        *response->mutable_event() = EventFor(run->state, request->node_id(), request->round());
+      v1::RunEvent event = EventFor(run->state, request->node_id(), request->round());
+      // Any other version answers at once: a newer one is a change, an
+      // older or larger one means the server restarted since the caller's.
+      if (run->state.version != request->version() || run->state.closed ||
+          request->timeout_ms() <= 0 || (request->round() > 0 && !event.round_current())) {
+        *response->mutable_event() = std::move(event);
       } else {
         held = new Held(this, Held::Kind::kWatch, request->run_id());
         held->node_id = request->node_id();

@@ -354,18 +354,25 @@ TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
   auto first = JoinAll("run", {"a", "b"}, conf);
   ASSERT_TRUE(first[0].ok() && first[1].ok());
   auto a = Client();  // kept across the restart: it must reconnect
+  v1::KeepAliveRequest ka = KeepAliveOf("run", *first[0], "a");
+  *ka.mutable_options() = Request("run", "a", conf).options();
+  auto old_event = a->KeepAlive(ka);  // to the old server
+  ASSERT_TRUE(old_event.ok());
   int port = server_->port();
   server_->Shutdown();
   server_.reset();
   Start(port);
   ASSERT_EQ(server_->port(), port);
 
-  v1::KeepAliveRequest ka = KeepAliveOf("run", *first[0], "a");
-  *ka.mutable_options() = Request("run", "a", conf).options();
   auto event = a->KeepAlive(ka);
   ASSERT_TRUE(event.ok()) << event.status();
   EXPECT_TRUE(event->round_current());
   EXPECT_EQ(event->current_round(), 1);
+  // A watcher holding the old server's version learns of the restart.
+  auto watched = a->Watch("run", "a", 1, old_event->version(), absl::Seconds(30));
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  EXPECT_NE(watched->version(), old_event->version());
+  EXPECT_TRUE(watched->round_current());
   auto status = a->RunStatus("run");
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->round(), 1);
