@@ -61,12 +61,14 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   std::string address = FormatEndpoint(Endpoint{options.host, options.port});
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, credentials, &server->port_);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would then split the clients between two separate states.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.SetMaxSendMessageSize(options.limits.max_message_bytes);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    if (server->server_ != nullptr) server->server_->Shutdown();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
                                                " (address in use or not local?)"));
   }
@@ -89,9 +91,11 @@ void RendezvousServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  service_->Shutdown();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server_->Wait();
+  if (service_ != nullptr) service_->Shutdown();
+  if (server_ != nullptr) {  // null when Start failed to listen
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
 }
 
 }  // namespace cpptorchrun::rdzv

@@ -424,6 +424,17 @@ bool AwaitHeld(RendezvousServer* server, int n) {
   return false;
 }
 
+TEST_F(ServiceTest, ASecondServerCannotTakeAPortInUse) {
+  ServerOptions options;
+  options.port = server_->port();
+  auto second = RendezvousServer::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(absl::StrCat(":", server_->port())),
+            std::string::npos)
+      << second.status();
+}
+
 TEST_F(ServiceTest, CancelledCallsAreFinishedAndForgotten) {
   auto channel = grpc::CreateChannel(server_->endpoint(), grpc::InsecureChannelCredentials());
   auto stub = v1::Rendezvous::NewStub(channel);
