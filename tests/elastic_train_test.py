@@ -1,0 +1,99 @@
+"""Scenarios 1 and 2 of multi-node training on fake GPUs, each node a host
+of its own (a network namespace, or a loopback address where namespaces are
+not allowed), the rendezvous server on a third host:
+
+1. 2 nodes x 2 fake GPUs reach the same test accuracy as 1 node x 4.
+2. kill -9 of one worker on node B mid-training: both nodes restart in a new
+   round, resume from the checkpoint, finish with one restart spent (on node
+   B) and the accuracy of the undisturbed run.
+"""
+import os
+import random
+import signal
+import tempfile
+import unittest
+
+import harness
+import jobs
+
+# Enough samples that the run lasts a few seconds past its first checkpoint.
+TRAIN = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "16",
+         "--heartbeat_interval", "0.2", "--progress", "lines"]
+TOLERANCE = 0.005  # test accuracy, absolute (0.5 points)
+
+
+class ElasticTrainTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = harness.Cluster(3)
+        cls.work = tempfile.mkdtemp(prefix="cpt-elastic-")
+        cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work)
+        # The undisturbed reference: one node with 4 fake GPUs.
+        work = os.path.join(cls.work, "single")
+        os.makedirs(work)
+        node = jobs.Node(cls.cluster.hosts[1], work, "single", cls.server.endpoint, "1:1", nproc=4,
+                         run_id=cls.run_id("single"), train_args=TRAIN)
+        rc = node.wait(600)
+        assert rc == 0, "reference run failed (%d):\n%s" % (rc, node.text()[-4000:])
+        cls.reference = jobs.read_metrics(node.metrics)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    @staticmethod
+    def run_id(name):
+        return "%s-%06x" % (name, random.getrandbits(24))
+
+    def two_nodes(self, name, **kw):
+        work = os.path.join(self.work, name)
+        os.makedirs(work)
+        run_id = self.run_id(name)
+        a = jobs.Node(self.cluster.hosts[1], work, "nodeA", self.server.endpoint, "2:2",
+                      run_id=run_id, train_args=TRAIN, **kw)
+        b = jobs.Node(self.cluster.hosts[2], work, "nodeB", self.server.endpoint, "2:2",
+                      run_id=run_id, train_args=TRAIN, **kw)
+        return work, run_id, a, b
+
+    def finished_metrics(self, *nodes):
+        paths = [n.metrics for n in nodes if os.path.exists(n.metrics)]
+        self.assertEqual(len(paths), 1, "exactly one node holds rank 0 and writes metrics")
+        return jobs.read_metrics(paths[0])
+
+    def test_two_nodes_match_one_node(self):
+        work, run_id, a, b = self.two_nodes("split")
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(b.wait(600), 0, b.text()[-4000:])
+        m = self.finished_metrics(a, b)
+        self.assertEqual(m["world_size"], 4)
+        self.assertEqual(m["restart_count"], 0)
+        self.assertEqual(m["samples"], self.reference["samples"])
+        self.assertAlmostEqual(m["test_accuracy"], self.reference["test_accuracy"], delta=TOLERANCE)
+        self.assertEqual(jobs.job_leftovers(run_id), [])
+
+    def test_worker_kill_restarts_both_nodes_from_checkpoint(self):
+        work, run_id, a, b = self.two_nodes("kill")
+        ckpt = os.path.join(work, "ckpt")
+        harness.wait_for(lambda: os.path.isdir(ckpt) and os.listdir(ckpt), 300,
+                         "the first checkpoint")
+        victims = harness.wait_for(b.worker_pids, 30, "node B's workers")
+        os.kill(victims[0], signal.SIGKILL)
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(b.wait(600), 0, b.text()[-4000:])
+        m = self.finished_metrics(a, b)
+        self.assertEqual(m["world_size"], 4)
+        # As in torchrun, only the node whose worker failed spends a restart
+        # (TORCHELASTIC_RESTART_COUNT); the other node restarts its group for
+        # the new round without spending one.
+        self.assertIn("restarting, 1 of 3 restarts", b.text())
+        self.assertIn("restart count 1", b.text())
+        self.assertNotIn("restarting, 1 of 3 restarts", a.text())
+        self.assertRegex(a.text(), r"round 2: node \d of 2")
+        self.assertGreater(m["resumed_from_step"], 0, "the restarted group resumed from a checkpoint")
+        self.assertAlmostEqual(m["test_accuracy"], self.reference["test_accuracy"], delta=TOLERANCE)
+        self.assertIn("SIGKILL", b.text(), "node B's log names the signal that killed its worker")
+        self.assertEqual(jobs.job_leftovers(run_id), [])
+
+
+if __name__ == "__main__":
+    harness.main()
