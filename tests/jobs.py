@@ -89,3 +89,30 @@ def read_metrics(path):
 def job_leftovers(run_id):
     """Live processes that belong to run `run_id` (workers carry it in env)."""
     return harness.processes_with_env("TORCHELASTIC_RUN_ID", run_id)
+
+
+_LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})\] \[cpptorchrun\] \[(\w+)\] (.*)$")
+
+
+def launcher_events(text):
+    """The launcher's own log lines as (unix time, level, message)."""
+    events = []
+    for line in text.splitlines():
+        m = _LOG_LINE.match(line)
+        if m:
+            t = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float(m.group(1)[19:])
+            events.append((t, m.group(2), m.group(3)))
+    return events
+
+
+def first_event(node, pattern, after=0.0):
+    """(time, message) of the first launcher line after `after` matching pattern."""
+    for t, _level, msg in launcher_events(node.text()):
+        if t >= after and re.search(pattern, msg):
+            return t, msg
+    return None
+
+
+def fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=60):
+    return ["--rdzv_conf", "keep_alive_interval=%g,keep_alive_max_attempt=%d,last_call_timeout=%g,"
+            "join_timeout=%g" % (keep_alive, attempts, last_call, join_timeout)]
