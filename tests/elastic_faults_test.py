@@ -1,0 +1,87 @@
+"""Scenarios 5 and 6: faults the job must ride out.
+
+5. A worker hangs (SIGSTOP): --worker_timeout catches the silence, the
+   group restarts and resumes from the checkpoint.
+6. The rendezvous server is killed (SIGKILL) and started again on the same
+   port during a 2-node job: training goes on without a restart, the agents
+   re-register their round, and a worker failure after that still recovers
+   through the new server.
+"""
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import unittest
+
+import harness
+import jobs
+
+TRAIN = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "8",
+         "--heartbeat_interval", "0.2", "--progress", "lines"]
+
+
+class FaultsTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = harness.Cluster(3)
+        self.addCleanup(self.cluster.close)
+        self.work = tempfile.mkdtemp(prefix="cpt-faults-")
+        self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
+        self.run_id = "faults-%06x" % random.getrandbits(24)
+        self.ckpt = os.path.join(self.work, "ckpt")
+
+    def wait_checkpoint(self):
+        harness.wait_for(lambda: os.path.isdir(self.ckpt) and os.listdir(self.ckpt), 300,
+                         "the first checkpoint")
+
+    def test_hung_worker_is_restarted(self):
+        node = jobs.Node(self.cluster.hosts[1], self.work, "node", self.server.endpoint, "1:1",
+                         run_id=self.run_id, train_args=TRAIN,
+                         launcher_args=["--worker_timeout", "2"] + jobs.fast_rdzv_conf())
+        self.wait_checkpoint()
+        victim = harness.wait_for(node.worker_pids, 30, "the workers")[1]
+        os.kill(victim, signal.SIGSTOP)
+        self.assertEqual(node.wait(600), 0, node.text()[-4000:])
+        self.assertRegex(node.text(), r"hung|no heartbeat|silent")
+        self.assertIn("restarting, 1 of 3 restarts", node.text())
+        m = jobs.read_metrics(node.metrics)
+        self.assertGreater(m["resumed_from_step"], 0)
+        self.assertEqual(m["restart_count"], 1)
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def status(self):
+        r = subprocess.run(self.cluster.hosts[1].argv(
+            [harness.binary(jobs.LAUNCHER), "status", "--rdzv_endpoint", self.server.endpoint,
+             "--rdzv_id", self.run_id]), capture_output=True, text=True, timeout=60)
+        return r.stdout if r.returncode == 0 else None
+
+    def test_server_restart_mid_training(self):
+        conf = jobs.fast_rdzv_conf()
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "2:2",
+                      run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "2:2",
+                      run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
+        self.wait_checkpoint()
+        port = self.server.port
+        self.server.kill()
+        self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work, port=port)
+        # The agents re-register their round with the new server.
+        table = harness.wait_for(self.status, 60, "the restarted server to know the run again")
+        self.assertIn(self.run_id, table)
+        self.assertNotIn("round 1 ended", a.text() + b.text(),
+                         "a server restart alone must not restart the workers")
+        victim = harness.wait_for(b.worker_pids, 30, "node B's workers")[0]
+        os.kill(victim, signal.SIGKILL)
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(b.wait(600), 0, b.text()[-4000:])
+        self.assertIn("restarting, 1 of 3 restarts", b.text())
+        self.assertRegex(a.text(), r"round 2: node \d of 2")
+        paths = [n.metrics for n in (a, b) if os.path.exists(n.metrics)]
+        m = jobs.read_metrics(paths[0])
+        self.assertEqual(m["world_size"], 4)
+        self.assertGreater(m["resumed_from_step"], 0)
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+
+if __name__ == "__main__":
+    harness.main()
