@@ -1,0 +1,61 @@
+"""A torch.distributed script written for torchrun (env:// init, Gloo,
+DistributedDataParallel, DistributedSampler, @record) runs unchanged under
+`cpptorchrun --nproc_per_node=2 script.py` with Debian's /usr/bin/python3,
+and an exception in it is the root cause, with its message, in cpptorchrun's
+failure summary."""
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import harness
+
+PY = "/usr/bin/python3"
+
+
+def has_torch():
+    return os.path.exists(PY) and subprocess.run(
+        [PY, "-c", "import torch.distributed"], capture_output=True).returncode == 0
+
+
+@unittest.skipUnless(has_torch(), "needs PyTorch for /usr/bin/python3 (Debian's python3-torch)")
+class PythonCompatTest(unittest.TestCase):
+    def run_script(self, *script_args):
+        out = tempfile.mkdtemp(prefix="cpt-compat-")
+        script = os.path.abspath("tests/scripts/ddp_compat.py")
+        env = dict(os.environ, PYTHON_EXEC=PY)
+        r = subprocess.run([harness.binary("launcher/cpptorchrun"), "--nproc_per_node=2", script,
+                            "--out", out] + list(script_args),
+                           capture_output=True, text=True, env=env, timeout=600)
+        return r, out
+
+    def test_trains_with_right_ranks(self):
+        r, out = self.run_script("--steps", "60")
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        results = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "rank*.json")))]
+        self.assertEqual([x["rank"] for x in results], [0, 1])
+        for x in results:
+            self.assertEqual(x["world_size"], 2)
+            self.assertEqual(x["env_world_size"], 2)
+            self.assertEqual(x["env_rank"], x["rank"])
+            self.assertEqual(x["env_local_rank"], x["rank"])
+            self.assertLess(x["last_loss"], x["first_loss"] / 2, "training converges")
+        # DDP keeps the replicas equal.
+        self.assertAlmostEqual(results[0]["checksum"], results[1]["checksum"], places=4)
+
+    def test_record_exception_is_root_cause(self):
+        r, _ = self.run_script("--fail_rank", "1")
+        self.assertNotEqual(r.returncode, 0)
+        text = r.stdout + r.stderr
+        self.assertIn("RuntimeError: rank 1 failed on purpose", text)
+        self.assertIn("Root Cause", text)
+        root = text[text.index("Root Cause"):]
+        root = root[:root.find("=====")]
+        self.assertRegex(root, r"rank\s*:\s*1 \(local_rank: 1\)", "rank 1 is the root cause")
+        self.assertIn("message   : RuntimeError: rank 1 failed on purpose", root)
+
+
+if __name__ == "__main__":
+    harness.main()
