@@ -129,14 +129,15 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   std::string endpoint;
   // Who serves the rendezvous: --standalone and a single node without an
   // endpoint embed one on loopback; static multi-node serves it on node 0 at
-  // MASTER_ADDR:MASTER_PORT; c10d serves it where --rdzv_conf is_host says,
+  // MASTER_ADDR:MASTER_PORT; an explicit endpoint is served where
+  // --rdzv_conf is_host says,
   // or (torchrun's rule) when the endpoint is this host and its port is free.
   const bool loopback_embed = c.standalone || (single_node && !c.has_rdzv_endpoint);
   bool host_endpoint = false;
   bool host_required = false;
   if (!loopback_embed && c.rdzv_endpoint_from_master) {
     host_endpoint = host_required = c.node_rank == 0;
-  } else if (!loopback_embed && c.rdzv_backend == RdzvBackend::kC10d && c.has_rdzv_endpoint) {
+  } else if (!loopback_embed && c.has_rdzv_endpoint) {
     auto it = c.rdzv_conf.find("is_host");
     if (it != c.rdzv_conf.end()) {
       host_endpoint = host_required = (it->second == "1" || it->second == "true" || it->second == "True");
@@ -167,7 +168,8 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     } else {
       server = std::move(*started);
       endpoint = loopback_embed ? server->endpoint() : c.rdzv_endpoint.ToString();
-      if (!loopback_embed) spdlog::info("serving the rendezvous at {}", endpoint);
+      spdlog::info("serving the rendezvous at {} (cpptorchrun status --rdzv_endpoint {} --rdzv_id {})",
+                   endpoint, endpoint, c.rdzv_id);
     }
   } else {
     endpoint = c.rdzv_endpoint.ToString();
