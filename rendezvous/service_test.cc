@@ -146,6 +146,23 @@ TEST_F(ServiceTest, RoundCompletesAtOnceWhenMaxJoined) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(results[i]->group_rank(), i);
 }
 
+TEST_F(ServiceTest, StaticNodeRanksAreHonoured) {
+  Conf conf{.min_nodes = 3, .max_nodes = 3};
+  std::vector<std::future<absl::StatusOr<v1::Assignment>>> futures;
+  const int wanted[] = {2, 0, 1};  // for nodes a, b, c
+  const char* names[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; ++i) {
+    v1::JoinRequest r = Request("run", names[i], conf);
+    r.mutable_node()->set_static_node_rank(wanted[i]);
+    futures.push_back(std::async(std::launch::async, [this, r] { return Client()->Join(r); }));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto a = futures[i].get();
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->group_rank(), wanted[i]) << names[i];
+  }
+}
+
 TEST_F(ServiceTest, ManyConcurrentClientsFormOneRound) {
   const int n = 48;
   std::vector<std::string> nodes;
