@@ -1,6 +1,7 @@
 // Bad input against a live loopback server: one test per limit, for
 // malformed fields, and for a missing or wrong token. Each asserts the
 // status code and message, then that another client is still served.
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "rendezvous/client.h"
@@ -182,6 +184,37 @@ TEST_F(BadInputTest, RunOptions) {
   ExpectError(Client()->Join(Join("run", "a", 1, 9)).status(), absl::StatusCode::kInvalidArgument,
               "limit of 8 nodes");
   ExpectStillServing();
+}
+
+TEST_F(BadInputTest, SparesPerRun) {
+  // A full round of 1 node (the limit of nodes per run is 8), then 8 spares.
+  ASSERT_TRUE(Client()->Join(Join("run", "a", 1, 1)).ok());
+  std::vector<std::future<absl::StatusOr<v1::Assignment>>> spares;
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(Client());
+    RendezvousClient* c = clients.back().get();
+    spares.push_back(std::async(std::launch::async, [c, i] {
+      return c->Join(Join("run", absl::StrCat("spare-", i), 1, 1));
+    }));
+  }
+  bool all_waiting = false;
+  for (int i = 0; i < 5000 && !all_waiting; ++i) {
+    auto status = Client()->RunStatus("run");
+    all_waiting = status.ok() && status->waiting_size() == 8;
+    if (!all_waiting) absl::SleepFor(absl::Milliseconds(2));  // polling a condition, bounded
+  }
+  if (!all_waiting) {
+    ASSERT_TRUE(Client()->Close("run", "test failed").ok());  // frees the spares' Joins
+    FAIL() << "the 8 spares did not all reach the server";
+  }
+  ExpectError(Client()->Join(Join("run", "one-too-many", 1, 1)).status(),
+              absl::StatusCode::kResourceExhausted, "max_nodes_per_run");
+  ExpectStillServing();
+  ASSERT_TRUE(Client()->Close("run", "test over").ok());
+  for (auto& f : spares) {
+    EXPECT_EQ(f.get().status().code(), absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 TEST_F(BadInputTest, NnodesDisagreeWithTheRun) {

@@ -406,6 +406,18 @@ void RendezvousService::Tick() {
 
 // --- round calls ---------------------------------------------------------------
 
+absl::Status RendezvousService::SparesFull(const Run& run, const std::string& node_id) {
+  const std::vector<Joiner>& spares = run.state.spares;
+  if (static_cast<int>(spares.size()) < options_.limits.max_nodes_per_run) return absl::OkStatus();
+  for (const Joiner& j : spares) {
+    if (j.node.node_id() == node_id) return absl::OkStatus();  // already waiting
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("run '", run.state.run_id, "' has ", spares.size(),
+                   " spare nodes waiting; the limit (max_nodes_per_run) is ",
+                   options_.limits.max_nodes_per_run));
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* request,
                                                   v1::JoinResponse* response) {
@@ -431,6 +443,8 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
       error = absl::UnavailableError("rendezvous server shutting down");
     } else if (!found.ok()) {
       error = found.status();
+    } else if (absl::Status full = SparesFull(**found, request->node().node_id()); !full.ok()) {
+      error = full;
     } else {
       Run* run = *found;
       if (!run->formed) {

@@ -155,6 +155,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void RememberClosed(const std::string& run_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
+  // ResourceExhausted when the run's spares are at max_nodes_per_run and
+  // `node_id` is not one of them.
+  absl::Status SparesFull(const Run& run, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FillRunStatus(const v1::RunStatusRequest& request,
                              v1::RunStatusResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
 
