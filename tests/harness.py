@@ -27,8 +27,10 @@ WORKSPACE = os.environ.get("TEST_WORKSPACE", "cpptorchrun")
 
 
 def binary(label_path):
-    """Path to a built binary given 'launcher/cpptorchrun'-style paths."""
-    for base in (os.path.join(RUNFILES, WORKSPACE), os.getcwd()):
+    """Path to a built binary given 'launcher/cpptorchrun'-style paths: from
+    $CPPTORCHRUN_BIN_DIR (a bazel-bin), else the test's runfiles."""
+    bases = [os.environ.get("CPPTORCHRUN_BIN_DIR", ""), os.path.join(RUNFILES, WORKSPACE), os.getcwd()]
+    for base in [b for b in bases if b]:
         p = os.path.join(base, label_path)
         if os.path.exists(p):
             return os.path.abspath(p)

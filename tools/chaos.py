@@ -1,0 +1,136 @@
+"""tools/chaos: a fake-GPU training job under fire. Starts a rendezvous
+server and --nodes launchers (--nnodes 1:N) on loopback, then every
+--interval seconds SIGKILLs a random worker or a random launcher (a killed
+launcher is started again, as a scheduler would), for at most --duration
+seconds. Then it lets the job finish and reports: kills, restarts, rounds,
+final test accuracy against an undisturbed run of the same job, and the
+processes of the job left behind (must be 0). Exits 1 when the job failed,
+the accuracy is off by more than --tolerance, or anything was left behind.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import harness  # noqa: E402
+import jobs  # noqa: E402
+
+
+def start_node(cluster, i, work, server, run_id, args, name):
+    """Node i of the job (on host i + 1; host 0 holds the server)."""
+    conf = jobs.fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=120)
+    train = ["--epochs", str(args.epochs), "--limit", str(args.limit), "--checkpoint_every", "8",
+             "--heartbeat_interval", "0.2", "--progress", "none"]
+    return jobs.Node(cluster.hosts[i + 1], work, name, server.endpoint, "1:%d" % args.nodes,
+                     nproc=args.nproc, run_id=run_id, max_restarts=1000, launcher_args=conf,
+                     train_args=train)
+
+
+def start_job(cluster, work, server, run_id, args):
+    return [start_node(cluster, i, work, server, run_id, args, "node%d" % i) for i in range(args.nodes)]
+
+
+def metrics_of(nodes):
+    for n in nodes:
+        if os.path.exists(n.metrics):
+            return jobs.read_metrics(n.metrics)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--duration", type=float, default=60, help="seconds of chaos (then the job finishes)")
+    ap.add_argument("--interval", type=float, default=5, help="seconds between kills")
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=30000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tolerance", type=float, default=0.02, help="accuracy, absolute")
+    ap.add_argument("--finish_timeout", type=float, default=900)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    with harness.Cluster(args.nodes + 1, use_netns=False) as cluster:
+        work = tempfile.mkdtemp(prefix="cpt-chaos-")
+        server = jobs.RdzvServer(cluster.hosts[0], work)
+
+        print("chaos: undisturbed reference run", flush=True)
+        ref_dir = os.path.join(work, "reference")
+        os.makedirs(ref_dir)
+        ref_nodes = start_job(cluster, ref_dir, server, "chaos-ref-%x" % rng.getrandbits(24), args)
+        for n in ref_nodes:
+            if n.wait(args.finish_timeout) != 0:
+                print("chaos: the reference run failed:\n" + n.text()[-3000:])
+                return 1
+        reference = metrics_of(ref_nodes)
+
+        print("chaos: the run under fire (%.0f s, a kill every %.1f s)" % (args.duration, args.interval),
+              flush=True)
+        run_dir = os.path.join(work, "chaos")
+        os.makedirs(run_dir)
+        run_id = "chaos-%x" % rng.getrandbits(24)
+        nodes = start_job(cluster, run_dir, server, run_id, args)
+        kills = {"worker": 0, "launcher": 0}
+        relaunches = 0
+        t_start = time.monotonic()
+        t_end = t_start + args.duration
+
+        def elapsed():
+            return time.monotonic() - t_start
+        next_kill = time.monotonic() + args.interval
+        while time.monotonic() < t_end and any(n.proc.poll() is None for n in nodes):
+            if time.monotonic() < next_kill:
+                time.sleep(0.05)  # pacing the kills, not synchronisation
+                continue
+            next_kill += args.interval
+            i = rng.randrange(len(nodes))
+            node = nodes[i]
+            if node.proc.poll() is not None:
+                continue
+            if rng.random() < 0.7:
+                pids = node.worker_pids()
+                if pids:
+                    os.kill(rng.choice(pids), signal.SIGKILL)
+                    kills["worker"] += 1
+                    print("chaos: t=%.1fs killed a worker of node %d" % (elapsed(), i), flush=True)
+            else:
+                os.kill(node.proc.pid, signal.SIGKILL)
+                node.proc.wait(timeout=30)
+                kills["launcher"] += 1
+                relaunches += 1
+                print("chaos: t=%.1fs killed node %d's launcher; starting it again" % (elapsed(), i),
+                      flush=True)
+                nodes[i] = start_node(cluster, i, run_dir, server, run_id, args,
+                                      "node%d-r%d" % (i, relaunches))
+        print("chaos: stopped killing; waiting for the job to finish", flush=True)
+        codes = [n.wait(args.finish_timeout) for n in nodes]
+        final = metrics_of(nodes)
+        texts = "".join(open(os.path.join(run_dir, f), errors="replace").read()
+                        for f in os.listdir(run_dir) if f.endswith(".log"))
+        restarts = len(re.findall(r"restarting, \d+ of", texts))
+        rounds = max([int(r) for r in re.findall(r"round (\d+): node", texts)] or [0])
+        leftovers = jobs.job_leftovers(run_id)
+
+        print("\nchaos report")
+        print("  kills               : %d workers, %d launchers" % (kills["worker"], kills["launcher"]))
+        print("  restarts (spent)    : %d" % restarts)
+        print("  rounds              : %d" % rounds)
+        print("  exit codes          : %s" % codes)
+        acc = final["test_accuracy"] if final else None
+        print("  test accuracy       : %s (undisturbed %.4f)" % ("%.4f" % acc if acc is not None else "n/a",
+                                                            reference["test_accuracy"]))
+        print("  processes left      : %d" % len(leftovers))
+        ok = (all(c == 0 for c in codes) and final is not None and not leftovers
+              and abs(acc - reference["test_accuracy"]) <= args.tolerance)
+        print("  verdict             : %s" % ("PASS" if ok else "FAIL"))
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
