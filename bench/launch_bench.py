@@ -3,7 +3,8 @@
 
     cpptorchrun --standalone --nproc_per_node=8 --no_python /bin/true
 
-side by side with torchrun's, printed as a table. Peak RSS is the largest
+side by side with torchrun's, printed as a table. CPU ms is user + system
+time of the whole process tree (median). Peak RSS is the largest
 resident set of any process of the run (wait4's ru_maxrss covers the
 launcher and its waited-for descendants).
 
@@ -29,17 +30,18 @@ import time
 
 
 def measure(argv, runs, env=None):
-    walls, rss = [], []
+    walls, rss, cpu = [], [], []
     for _ in range(runs):
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         walls.append(time.perf_counter() - start)
         rss.append(usage.ru_maxrss)  # KiB
+        cpu.append((usage.ru_utime + usage.ru_stime) * 1000)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             return None, f"exit code {code}"
-    return (statistics.median(walls) * 1000, min(walls) * 1000, max(rss) / 1024), None
+    return (statistics.median(walls) * 1000, min(walls) * 1000, statistics.median(cpu), max(rss) / 1024), None
 
 
 def main():
@@ -70,13 +72,14 @@ def main():
         rows.append(("torchrun", None, "not installed", 0))
 
     print(f"launch of {args.nproc} x /bin/true, --standalone, --no_python")
-    print(f"{'launcher':34} {'median ms':>10} {'min ms':>8} {'peak RSS MB':>12} {'runs':>5}")
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times grow with it; CPU ms less so)")
+    print(f"{'launcher':34} {'median ms':>10} {'min ms':>8} {'CPU ms':>8} {'peak RSS MB':>12} {'runs':>5}")
     for name, result, error, runs in rows:
         if result is None:
             print(f"{name:34} not runnable: {error}")
         else:
-            med, lo, rss = result
-            print(f"{name:34} {med:10.1f} {lo:8.1f} {rss:12.1f} {runs:5d}")
+            med, lo, cpu, rss = result
+            print(f"{name:34} {med:10.1f} {lo:8.1f} {cpu:8.1f} {rss:12.1f} {runs:5d}")
     return 0
 
 
