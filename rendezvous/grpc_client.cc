@@ -29,6 +29,10 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+// Loops that re-issue server-bounded calls stop after this many rounds even
+// if their deadline has not passed (a server answering at once, forever).
+constexpr int kMaxPolls = 1000000;
+
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
   return absl::ToChronoTime(t);
 }
@@ -192,12 +196,12 @@ class GrpcStore final : public Store {
   absl::StatusOr<std::vector<std::string>> Read(const std::vector<std::string>& keys,
                                                 absl::Duration timeout, bool single) {
     const absl::Time deadline = absl::Now() + std::max(timeout, absl::ZeroDuration());
-    for (;;) {
+    absl::Status status;
+    for (int poll = 0; poll < kMaxPolls; ++poll) {
       absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
       absl::Duration piece = std::min(left, piece_);
       int32_t piece_ms = static_cast<int32_t>(absl::ToInt64Milliseconds(piece));
       if (piece > absl::ZeroDuration() && piece_ms == 0) piece_ms = 1;
-      absl::Status status;
       std::vector<std::string> values;
       if (single) {
         v1::GetRequest request;
@@ -225,6 +229,7 @@ class GrpcStore final : public Store {
         return status;
       }
     }
+    return status;
   }
 
   std::shared_ptr<Connection> connection_;
@@ -244,7 +249,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
     absl::Duration join_timeout = join_s > 0 ? absl::Seconds(join_s) : kDefaultJoinTimeout;
     // The server enforces join_timeout; the client's own bound is a backstop.
     absl::Time give_up = absl::Now() + join_timeout + c.options().call_timeout;
-    for (;;) {
+    for (int poll = 0; poll < kMaxPolls; ++poll) {
       v1::JoinResponse response;
       absl::Status status =
           c.Call("Join", absl::Seconds(30), [&](grpc::ClientContext* ctx) {
@@ -268,6 +273,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
             "Join of run '", request.run_id(), "' did not complete in time: ", response.detail()));
       }
     }
+    return absl::DeadlineExceededError(absl::StrCat("Join of run '", request.run_id(),
+                                                    "' gave up after ", kMaxPolls, " polls"));
   }
 
   absl::StatusOr<v1::RunEvent> KeepAlive(const v1::KeepAliveRequest& request) override {
@@ -287,7 +294,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
     if (!connection_.ok()) return connection_.status();
     Connection& c = **connection_;
     const absl::Time deadline = absl::Now() + std::max(timeout, absl::ZeroDuration());
-    for (;;) {
+    v1::RunEvent last;
+    for (int poll = 0; poll < kMaxPolls; ++poll) {
       absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
       v1::WatchRequest request;
       request.set_run_id(run_id);
@@ -308,7 +316,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
           (round > 0 && !response.event().round_current()) || absl::Now() >= deadline) {
         return response.event();
       }
+      last = response.event();
     }
+    return last;
   }
 
   absl::Status Leave(const std::string& run_id, const std::string& node_id,
