@@ -108,6 +108,9 @@ int Run(const Flags& flags, Reporting& reporting) {
   TrainConfig config = flags.train;
   config.bucket_cap_bytes = static_cast<int64_t>(flags.bucket_cap_mb * (1 << 20));
   config.restart_count = env->restart_count;
+  // Fault injection kills the first attempt only, so that a restarted
+  // group (TORCHELASTIC_RESTART_COUNT > 0) runs to the end.
+  if (env->restart_count > 0) config.fail_after_steps = 0;
   if (absl::Status valid = ValidateConfig(config); !valid.ok()) {
     return Fail(reporting, "InvalidArgument", std::string(valid.message()), "flags");
   }
@@ -222,7 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar, lines, none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
   app.add_option("--fail_after_steps", flags.train.fail_after_steps,
-                 "fault injection for tests: fail after N batches")->group("");
+                 "fault injection for tests: fail after N batches (first attempt only)")->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

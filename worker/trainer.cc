@@ -170,7 +170,10 @@ absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
     if (loaded.has_value()) {
       absl::Status restored = Restore(loaded->state, params, optimizer, pos);
       if (!restored.ok()) {
-        comm.Abort(std::string(restored.message()));
+        // Tell the others before giving up, so they fail now rather than at
+        // their collective timeout.
+        meta[0] = -1;
+        (void)comm.Broadcast(meta, 5, DType::kInt64, 0);
         return absl::Status(restored.code(),
                             absl::StrCat(loaded->path, ": ", restored.message()));
       }
@@ -182,6 +185,9 @@ absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
     }
   }
   CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(meta, 5, DType::kInt64, 0));
+  if (meta[0] < 0) {
+    return absl::FailedPreconditionError("rank 0 could not restore its newest checkpoint");
+  }
   if (meta[0] == 0) return false;
   *pos = Position{meta[1], meta[2], meta[3], meta[4]};
   std::vector<int64_t> steps;

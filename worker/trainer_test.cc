@@ -55,6 +55,8 @@ struct Outcome {
   TrainMetrics metrics;
   std::vector<float> params;
   std::vector<std::string> warnings;
+  // Every rank's status (multi-rank runs).
+  std::vector<absl::Status> rank_status;
 };
 
 // Trains on `world` ranks (threads, Gloo on loopback; a single-process
@@ -100,6 +102,7 @@ Outcome TrainOn(int world, TrainConfig config, const Dataset& train, const Datas
     });
   }
   for (auto& t : threads) t.join();
+  for (int rank = 0; rank < world; ++rank) runs[0].rank_status.push_back(runs[rank].status);
   for (int rank = 1; rank < world; ++rank) {
     if (runs[rank].status.ok() && runs[0].status.ok()) {
       EXPECT_EQ(runs[rank].params, runs[0].params) << "rank " << rank << " diverged";
@@ -232,6 +235,21 @@ TEST(Trainer, ResumeOnAnotherWorldSizeTrainsTheRestOfTheEpochOnce) {
   ASSERT_TRUE(rest.status.ok()) << rest.status;
   EXPECT_EQ(rest.metrics.resumed_from_step, 4);
   EXPECT_EQ(rest.metrics.samples, 640 - 4 * 2 * 32);
+}
+
+TEST(Trainer, AnUnusableCheckpointFailsEveryRankPromptly) {
+  Dataset data = Synthetic(128, 10);
+  TrainConfig config = Small();
+  config.checkpoint_dir = FreshDir("unusable");
+  CheckpointState bogus;
+  bogus.ints = {{"epoch", 0}, {"samples_in_epoch", 0}, {"global_step", 1}, {"opt_step", 1}};
+  bogus.tensors.push_back({"param.0", {2, 2}, {1, 2, 3, 4}});
+  ASSERT_TRUE(WriteCheckpoint(config.checkpoint_dir, 1, bogus, 3).ok());
+  Outcome run = TrainOn(2, config, data);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(run.status.message(), HasSubstr("another shape"));
+  ASSERT_EQ(run.rank_status.size(), 2u);
+  EXPECT_THAT(run.rank_status[1].message(), HasSubstr("rank 0 could not restore"));
 }
 
 TEST(Trainer, RejectsBadConfig) {
