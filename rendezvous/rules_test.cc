@@ -356,6 +356,33 @@ TEST(Active, LargeRoundsLeaveTheParticipantListOut) {
   EXPECT_FALSE(AssignmentFor(s, "stranger").has_value());
 }
 
+TEST(Leave, RemovesJoinersAndSparesAndKnowsStrangers) {
+  RunState s = NewRun("run", Options(3, 3));
+  Join(&s, kT0, "a");
+  Join(&s, kT0, "b");
+  int64_t version = s.version;
+  EXPECT_TRUE(ApplyLeave(kT0, &s, "a", "bye"));
+  EXPECT_GT(s.version, version);
+  ASSERT_EQ(s.joiners.size(), 1u);
+  EXPECT_EQ(s.joiners[0].node.node_id(), "b");
+  EXPECT_FALSE(ApplyLeave(kT0, &s, "nobody", "bye"));
+  RunState full = ActiveRun(1, 1, {"p"});
+  EXPECT_EQ(Join(&full, kT0, "spare").outcome, JoinResult::Outcome::kSpare);
+  EXPECT_TRUE(ApplyLeave(kT0, &full, "spare", "bye"));
+  EXPECT_TRUE(full.spares.empty());
+  EXPECT_TRUE(EventFor(full, "p", 1).round_current());
+}
+
+TEST(Tick, SilentSpareIsDropped) {
+  RunState s = ActiveRun(1, 1, {"p"});
+  Join(&s, kT0, "spare");
+  ApplyKeepAlive(kT0 + absl::Seconds(10), &s, KeepAliveOf(s, "p"));
+  TickResult t = ApplyTick(kT0 + absl::Seconds(16), &s);
+  EXPECT_EQ(t.dropped, (std::vector<std::string>{"spare"}));
+  EXPECT_FALSE(t.round_ended);
+  EXPECT_EQ(WaitingNodes(s), 0);
+}
+
 TEST(Active, RejoinWithTheCurrentRoundStartsTheNextOne) {
   RunState s = ActiveRun(1, 2, {"a", "b"});
   JoinResult r = Join(&s, kT0 + absl::Seconds(1), "a", 1);
