@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   service_options.limits = options.limits;
   service_options.token = options.token;
   service_options.tick = options.tick;
+  service_options.idle_run_timeout = options.idle_run_timeout;
   server->service_ = std::make_unique<RendezvousService>(service_options);
 
   std::string address = FormatEndpoint(Endpoint{options.host, options.port});

@@ -30,6 +30,8 @@ struct ServerOptions {
   Clock* clock = RealClock();
   // How often deadlines are re-applied.
   absl::Duration tick = absl::Milliseconds(20);
+  // Runs untouched (and holding no call) this long are forgotten.
+  absl::Duration idle_run_timeout = absl::Hours(1);
 };
 
 class RendezvousServer {

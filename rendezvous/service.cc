@@ -141,7 +141,10 @@ absl::Status RendezvousService::ClosedRunError(const std::string& run_id) {
 absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
     const std::string& run_id) {
   auto it = runs_.find(run_id);
-  if (it != runs_.end()) return it->second.get();
+  if (it != runs_.end()) {
+    it->second->last_activity = options_.clock->Now();
+    return it->second.get();
+  }
   if (closed_.contains(run_id)) return ClosedRunError(run_id);
   if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
     return absl::ResourceExhaustedError(
@@ -150,6 +153,7 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   }
   auto run = std::make_unique<Run>();
   run->state.run_id = run_id;
+  run->last_activity = options_.clock->Now();
   Run* raw = run.get();
   runs_[run_id] = std::move(run);
   return raw;
@@ -224,6 +228,8 @@ void RendezvousService::Hold(Held* held, absl::Time deadline) {
   held->held = true;
   held->deadline = deadline;
   deadlines_.emplace(deadline, held);
+  auto run = runs_.find(held->run_id);
+  if (run != runs_.end()) ++run->second->held_calls;
 }
 
 bool RendezvousService::Release(Held* held) {
@@ -233,6 +239,8 @@ bool RendezvousService::Release(Held* held) {
   auto run_it = runs_.find(held->run_id);
   if (run_it == runs_.end()) return true;
   Run* run = run_it->second.get();
+  --run->held_calls;
+  run->last_activity = options_.clock->Now();
   switch (held->kind) {
     case Held::Kind::kJoin: {
       auto it = run->joins.find(held->node_id);
@@ -364,7 +372,12 @@ void RendezvousService::Tick() {
     absl::MutexLock lock(&mu_);
     absl::Time now = options_.clock->Now();
     std::vector<std::string> expired_runs;
+    std::vector<std::string> idle_runs;
     for (auto& [id, run] : runs_) {
+      if (run->held_calls == 0 && now - run->last_activity >= options_.idle_run_timeout) {
+        idle_runs.push_back(id);
+        continue;
+      }
       if (run->state.closed) {
         if (now >= run->state.closed_at + run->state.options.close_timeout) {
           expired_runs.push_back(id);
@@ -377,6 +390,11 @@ void RendezvousService::Tick() {
     }
     for (const std::string& id : expired_runs) {
       DeleteRun(id, ToGrpc(ClosedRunError(id)), &finishes);
+    }
+    for (const std::string& id : idle_runs) {
+      spdlog::info("run '{}' forgotten: no call for {}", id,
+                   absl::FormatDuration(options_.idle_run_timeout));
+      DeleteRun(id, grpc::Status(grpc::StatusCode::UNAVAILABLE, "run forgotten"), &finishes);
     }
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       Held* held = deadlines_.begin()->second;
@@ -567,6 +585,7 @@ grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* 
       status = absl::UnavailableError("rendezvous server shutting down");
     } else {
       Run* run = it->second.get();
+      run->last_activity = options_.clock->Now();
       v1::RunEvent event = EventFor(run->state, request->node_id(), request->round());
       // Any other version answers at once: a newer one is a change, an
       // older or larger one means the server restarted since the caller's.
@@ -607,6 +626,7 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
           absl::StrCat("run '", request->run_id(), "' is unknown to this server"));
     } else {
       Run* run = it->second.get();
+      run->last_activity = options_.clock->Now();
       auto join = run->joins.find(request->node_id());
       if (join != run->joins.end()) {
         Held* held = join->second;

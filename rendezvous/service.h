@@ -44,6 +44,9 @@ struct ServiceOptions {
   // Closed run ids remembered (so later Joins fail naming them) beyond the
   // runs themselves; the oldest are forgotten first.
   int max_closed_runs_remembered = 10000;
+  // A run that no call has touched for this long, and that holds no call,
+  // is forgotten (its agents are gone without closing it).
+  absl::Duration idle_run_timeout = absl::Hours(1);
 };
 
 class RendezvousService final : public v1::Rendezvous::CallbackService {
@@ -115,6 +118,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     absl::flat_hash_set<Held*> watchers;
     std::map<int64_t, Scope> scopes;
     int64_t keys = 0;
+    // Last call that touched the run, and calls held for it now.
+    absl::Time last_activity;
+    int held_calls = 0;
     // What was last logged about the rounds (logged on change only).
     int64_t logged_round = 0;
     bool logged_ended = true;

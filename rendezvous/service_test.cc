@@ -536,5 +536,36 @@ TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
   EXPECT_NE(event->reason().find("16s"), std::string::npos) << event->reason();
 }
 
+TEST(ServiceFakeClock, IdleRunsAreForgottenButHeldOnesAreNot) {
+  FakeClock clock;
+  ServerOptions options;
+  options.clock = &clock;
+  options.idle_run_timeout = absl::Minutes(10);
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions client_options;
+  client_options.endpoint = (*server)->endpoint();
+  auto client = NewGrpcRendezvousClient(client_options);
+  ASSERT_TRUE(client->OpenStore("idle", 0)->Set("k", "v").ok());
+  ASSERT_TRUE(client->OpenStore("busy", 0)->Set("k", "v").ok());
+  clock.Advance(absl::Minutes(9));
+  // "busy" gets a call held for longer than the idle timeout.
+  auto waiting = std::async(std::launch::async, [&] {
+    return NewGrpcRendezvousClient(client_options)->OpenStore("busy", 0)->Get("later",
+                                                                                absl::Seconds(20));
+  });
+  ASSERT_TRUE(AwaitHeld(server->get(), 1));
+  // Past the idle timeout. The held Get's piece expires on this clock too;
+  // the client asks again, so "busy" keeps a held call.
+  clock.Advance(absl::Minutes(11));
+  (*server)->service()->Tick();
+  EXPECT_EQ(client->OpenStore("idle", 0)->Get("k", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(client->OpenStore("busy", 0)->Set("later", "now").ok());
+  auto got = waiting.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "now");
+}
+
 }  // namespace
 }  // namespace cpptorchrun::rdzv
