@@ -464,6 +464,12 @@ AgentResult ElasticAgent::Run() {
         StopWorkers(SIGTERM);
         std::vector<FailureRecord> failures = Failures();
         result.failures = failures;
+        if (failures.empty()) {
+          // Not reachable by CheckGroup's rules; never index an empty list.
+          spdlog::error("worker group failed without a recorded failure");
+          result.exit_code = 1;
+          return result;
+        }
         int root = RootCauseIndex(failures);
         const FailureRecord& rc = failures[std::max(root, 0)];
         NextAction next = DecideNext(StopCause::kWorkerFailed, restart_count, o_.max_restarts);
