@@ -215,7 +215,7 @@ def gnuplot(png, title, xlabel, ylabel, series, logx=False, logy=False):
                 f.write("%g %g\n" % (x, y))
         plots.append("'%s' using 1:2 with linespoints title '%s'" % (path, label))
     cmds.append("plot " + ", ".join(plots))
-    r = subprocess.run(["gnuplot"], input="\n".join(cmds), text=True, capture_output=True)
+    r = subprocess.run(["gnuplot"], input="\n".join(cmds).encode(), capture_output=True)
     shutil.rmtree(tmp, ignore_errors=True)
     return png if r.returncode == 0 else None
 
@@ -277,9 +277,9 @@ def main():
             res.note(name, "FAILED: %s" % e)
             print("section %s failed: %s" % (name, e), file=sys.stderr)
         print("   %s took %.0f s" % (name, time.monotonic() - s0), flush=True)
+    os.makedirs(ctx.out, exist_ok=True)
     plots = make_plots(ctx, res)
     info = machine_info()
-    os.makedirs(ctx.out, exist_ok=True)
     with open(os.path.join(ctx.out, "results.json"), "w") as f:
         json.dump({"machine": info, "quick": ctx.quick, "figures": res.summary(), "notes": res.notes,
                    "ratios": ctx.ratios}, f, indent=1, sort_keys=True)
