@@ -1,12 +1,16 @@
-"""scenario_test: a Python scenario (tests/<name>.py) run as a Bazel test."""
+"""scenario_test: a Python scenario (tests/<name>.py) run as a Bazel test.
 
-def scenario_test(name, data = [], size = "medium", tags = [], **kwargs):
+Scenarios that train run `exclusive`: alone on the machine, so that their
+keep-alive deadlines are not missed because other tests load both cores.
+"""
+
+def scenario_test(name, data = [], size = "medium", tags = [], exclusive = True, **kwargs):
     native.sh_test(
         name = name,
         srcs = ["run_py.sh"],
         args = ["tests/%s.py" % name],
         data = [name + ".py", "harness.py"] + data,
         size = size,
-        tags = tags,
+        tags = tags + (["exclusive"] if exclusive else []),
         **kwargs
     )
