@@ -617,6 +617,34 @@ TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
   EXPECT_THAT(a.err(), HasSubstr("restarts not consumed"));
 }
 
+TEST_F(LauncherTest, ANodeWaitingToJoinRestartsTheGroupWithoutConsumingRestarts) {
+  const int port = FreePort();
+  const std::string go = dir_ + "/go";
+  const std::string b_dir = dir_ + "/b";
+  mkdir(b_dir.c_str(), 0755);
+  auto node = [&](const std::string& is_host, const std::string& record) {
+    return std::vector<std::string>{
+        "--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+        absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=joiner", "--local_addr=127.0.0.1",
+        "--monitor_interval=0.1", "--max_restarts=0",
+        "--rdzv_conf=keep_alive_interval=0.2,last_call_timeout=0.5,is_host=" + is_host,
+        g_worker, "--record", record, "--wait_file", go};
+  };
+  Launcher a(node("1", dir_));
+  // Node a runs alone first (one node is enough after the last call).
+  ASSERT_TRUE(Eventually([&] { return LatestEnv(dir_)["WORLD_SIZE"] == "2"; }, absl::Seconds(60))) << a.err();
+  Launcher b(node("0", b_dir));
+  // Node b waits to join: the round ends, both meet in the next one.
+  ASSERT_TRUE(Eventually([&] {
+    return LatestEnv(dir_)["WORLD_SIZE"] == "4" && LatestEnv(b_dir)["WORLD_SIZE"] == "4";
+  }, absl::Seconds(60))) << a.err() << "\n" << b.err();
+  EXPECT_EQ(LatestEnv(dir_)["TORCHELASTIC_RESTART_COUNT"], "0");
+  std::ofstream(go) << "1";
+  EXPECT_EQ(a.Wait(), 0) << a.err();
+  EXPECT_EQ(b.Wait(), 0) << b.err();
+  EXPECT_THAT(a.err(), HasSubstr("restarts not consumed"));
+}
+
 TEST_F(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
   const int port = FreePort();
   const std::string flag = dir_ + "/failed-once";
