@@ -1,5 +1,6 @@
-// Tests of the in-memory Store's contract: waiting reads, counters,
-// compare-and-set, deletion and timeouts.
+// The Store contract (waiting reads, counters, compare-and-set, deletion,
+// timeouts), run on every implementation: the in-memory store and the gRPC
+// store over a loopback rendezvous server.
 #include <optional>
 #include <string>
 #include <thread>
@@ -10,21 +11,46 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
 #include "rendezvous/store.h"
 
 namespace cpptorchrun::rdzv {
 namespace {
 
-TEST(InMemoryStore, SetThenGetAnswersAtOnce) {
-  auto store = NewInMemoryStore();
+enum class Backend { kInMemory, kGrpc };
+
+class StoreTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kInMemory) {
+      store_ = NewInMemoryStore();
+      return;
+    }
+    auto server = RendezvousServer::Start(ServerOptions());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ClientOptions options;
+    options.endpoint = server_->endpoint();
+    client_ = NewGrpcRendezvousClient(options);
+    store_ = client_->OpenStore("store-test", 1);
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+  std::unique_ptr<RendezvousClient> client_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreTest, SetThenGetAnswersAtOnce) {
+  Store* store = store_.get();
   ASSERT_TRUE(store->Set("k", "v").ok());
   auto value = store->Get("k", absl::ZeroDuration());
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(*value, "v");
 }
 
-TEST(InMemoryStore, GetWaitsForALaterSetFromAnotherThread) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, GetWaitsForALaterSetFromAnotherThread) {
+  Store* store = store_.get();
   absl::Notification reader_started;
   absl::StatusOr<std::string> got = absl::UnknownError("not run");
   std::thread reader([&] {
@@ -38,21 +64,21 @@ TEST(InMemoryStore, GetWaitsForALaterSetFromAnotherThread) {
   EXPECT_EQ(*got, "abc");
 }
 
-TEST(InMemoryStore, GetOfAbsentKeyWithZeroTimeoutIsNotFound) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, GetOfAbsentKeyWithZeroTimeoutIsNotFound) {
+  Store* store = store_.get();
   auto value = store->Get("missing", absl::ZeroDuration());
   EXPECT_EQ(value.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(value.status().message().find("missing"), std::string::npos);
 }
 
-TEST(InMemoryStore, GetTimesOutWithDeadlineExceeded) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, GetTimesOutWithDeadlineExceeded) {
+  Store* store = store_.get();
   auto value = store->Get("missing", absl::Milliseconds(20));
   EXPECT_EQ(value.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
-TEST(InMemoryStore, AddCountsFromZeroAndRejectsNonIntegers) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, AddCountsFromZeroAndRejectsNonIntegers) {
+  Store* store = store_.get();
   auto first = store->Add("counter", 3);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(*first, 3);
@@ -64,8 +90,8 @@ TEST(InMemoryStore, AddCountsFromZeroAndRejectsNonIntegers) {
   EXPECT_EQ(store->Add("text", 1).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(InMemoryStore, AddFromManyThreadsIsAtomic) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, AddFromManyThreadsIsAtomic) {
+  Store* store = store_.get();
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
@@ -76,8 +102,8 @@ TEST(InMemoryStore, AddFromManyThreadsIsAtomic) {
   EXPECT_EQ(*store->Get("n", absl::ZeroDuration()), "800");
 }
 
-TEST(InMemoryStore, CompareSetWhenAbsent) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, CompareSetWhenAbsent) {
+  Store* store = store_.get();
   bool swapped = false;
   auto value = store->CompareSet("k", std::nullopt, "first", &swapped);
   ASSERT_TRUE(value.ok());
@@ -89,8 +115,8 @@ TEST(InMemoryStore, CompareSetWhenAbsent) {
   EXPECT_EQ(*value, "first");
 }
 
-TEST(InMemoryStore, CompareSetWhenPresent) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, CompareSetWhenPresent) {
+  Store* store = store_.get();
   ASSERT_TRUE(store->Set("k", "a").ok());
   bool swapped = true;
   auto value = store->CompareSet("k", std::string("b"), "c", &swapped);
@@ -109,16 +135,16 @@ TEST(InMemoryStore, CompareSetWhenPresent) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(InMemoryStore, DeleteSaysWhetherTheKeyExisted) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, DeleteSaysWhetherTheKeyExisted) {
+  Store* store = store_.get();
   ASSERT_TRUE(store->Set("k", "v").ok());
   EXPECT_TRUE(*store->Delete("k"));
   EXPECT_FALSE(*store->Delete("k"));
   EXPECT_EQ(store->Get("k", absl::ZeroDuration()).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(InMemoryStore, MultiGetWaitsForEveryKey) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, MultiGetWaitsForEveryKey) {
+  Store* store = store_.get();
   ASSERT_TRUE(store->Set("a", "1").ok());
   absl::Notification started;
   absl::StatusOr<std::vector<std::string>> got = absl::UnknownError("not run");
@@ -134,13 +160,19 @@ TEST(InMemoryStore, MultiGetWaitsForEveryKey) {
   EXPECT_EQ(*got, (std::vector<std::string>{"1", "2", "3"}));
 }
 
-TEST(InMemoryStore, MultiGetTimesOutNamingAMissingKey) {
-  auto store = NewInMemoryStore();
+TEST_P(StoreTest, MultiGetTimesOutNamingAMissingKey) {
+  Store* store = store_.get();
   ASSERT_TRUE(store->Set("a", "1").ok());
   auto got = store->MultiGet({"a", "zz"}, absl::Milliseconds(20));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(got.status().message().find("zz"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,
+                         ::testing::Values(Backend::kInMemory, Backend::kGrpc),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return info.param == Backend::kInMemory ? "InMemory" : "Grpc";
+                         });
 
 }  // namespace
 }  // namespace cpptorchrun::rdzv
