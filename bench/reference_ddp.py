@@ -16,6 +16,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -64,7 +65,12 @@ def main():
     loader = DataLoader(dataset, batch_size=64, sampler=sampler)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
     samples = 0
+    cpu_start = cpu()
     start = time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -75,9 +81,11 @@ def main():
             optimizer.step()
             samples += X.shape[0]
     seconds = time.perf_counter() - start
+    cpu_seconds = torch.tensor([cpu() - cpu_start], dtype=torch.float64)
 
     total = torch.tensor([samples], dtype=torch.int64)
     dist.all_reduce(total)
+    dist.all_reduce(cpu_seconds)
     test = load(args.data_dir, "t10k")
     with torch.no_grad():
         predicted = model.module(test.tensors[0].view(-1, 784)).argmax(1)
@@ -85,6 +93,7 @@ def main():
     if rank == 0:
         figures = {"world_size": world_size, "epochs": args.epochs, "samples": int(total.item()),
                    "train_seconds": seconds, "samples_per_s": total.item() / seconds,
+                   "cpu_seconds": cpu_seconds.item(),
                    "test_accuracy": accuracy, "final_loss": loss.item()}
         print(json.dumps(figures))
         if args.metrics_json:

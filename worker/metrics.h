@@ -21,6 +21,9 @@ struct TrainMetrics {
   double train_seconds = 0;
   // The whole job's: samples / train_seconds.
   double samples_per_s = 0;
+  // CPU time (user + system) all ranks' processes spent in the training
+  // loop: samples / cpu_seconds compares implementations on a busy machine.
+  double cpu_seconds = 0;
   // On the t10k split, in [0, 1]; negative when not evaluated.
   double test_accuracy = -1;
   // Mean training loss over the last epoch trained, averaged over ranks.

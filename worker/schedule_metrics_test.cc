@@ -40,7 +40,7 @@ TEST(Metrics, JsonHasTheRequiredKeys) {
   m.backend = "fake-gpu:\"0\"";
   std::string json = MetricsToJson(m);
   for (const char* key : {"world_size", "epochs", "steps", "samples", "train_seconds",
-                          "samples_per_s", "test_accuracy", "final_loss", "restart_count",
+                          "samples_per_s", "cpu_seconds", "test_accuracy", "final_loss", "restart_count",
                           "resumed_from_step"}) {
     EXPECT_THAT(json, HasSubstr(std::string("\"") + key + "\": ")) << key;
   }

@@ -5,6 +5,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -229,6 +231,14 @@ absl::StatusOr<double> Evaluate(Mlp& model, const Dataset& test, Communicator& c
   return counts[1] > 0 ? static_cast<double>(counts[0]) / static_cast<double>(counts[1]) : 0.0;
 }
 
+// This process's CPU time (all threads), in seconds.
+double ProcessCpuSeconds() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -323,6 +333,7 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   };
 
   const double start = now();
+  const double cpu_start = ProcessCpuSeconds();
   int64_t run_batches = 0;
   int64_t local_samples = 0;
   double last_epoch_loss = std::nan("");
@@ -389,17 +400,22 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
     CPPTORCHRUN_RETURN_IF_ERROR(save(Position{pos.epoch + 1, 0, pos.global_step, pos.opt_step}));
   }
   double seconds = now() - start;
+  // In-process tests run ranks as threads of one process: the figure then
+  // counts the process once per rank.
+  double cpu_seconds = ProcessCpuSeconds() - cpu_start;
 
   // The job's figures: samples summed, rank 0's clock, losses averaged.
   int64_t samples = local_samples;
   CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
   CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(&seconds, 1, DType::kFloat64, 0));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
   double loss = std::isnan(last_epoch_loss) ? 0.0 : last_epoch_loss;
   CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
   metrics.steps = run_batches;
   metrics.samples = samples;
   metrics.train_seconds = seconds;
   metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
+  metrics.cpu_seconds = cpu_seconds;
   metrics.final_loss = loss;
   if (deps.test != nullptr) {
     absl::StatusOr<double> accuracy = Evaluate(model, *deps.test, comm);
