@@ -4,6 +4,7 @@
 #include "worker/heartbeat.h"
 
 #include <grpcpp/grpcpp.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <vector>
@@ -107,8 +108,11 @@ class AgentService final : public pb::Agent::CallbackService {
 };
 
 TEST(Heartbeat, GrpcClientOverAUnixSocket) {
-  std::string socket = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-                       "/agent.sock";
+  // A Unix socket path has at most 107 characters, and Bazel's TEST_TMPDIR
+  // can be longer than that: the socket lives in a short private folder.
+  char dir_template[] = "/tmp/cpt-hb-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::string socket = std::string(dir_template) + "/agent.sock";
   ::unlink(socket.c_str());
   AgentService service;
   grpc::ServerBuilder builder;
@@ -133,6 +137,8 @@ TEST(Heartbeat, GrpcClientOverAUnixSocket) {
   // With the agent gone, calls fail (bounded by the call timeout), not hang.
   std::unique_ptr<AgentClient> late = NewGrpcAgentClient(socket, absl::Milliseconds(200));
   EXPECT_FALSE(late->SendHeartbeat(info).ok());
+  ::unlink(socket.c_str());
+  ::rmdir(dir_template);
 }
 
 }  // namespace

@@ -579,7 +579,9 @@ bool PortOpen(int port) {
 TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
   const int port = FreePort();
   const std::string go = dir_ + "/go";
-  const std::string conf = "--rdzv_conf=keep_alive_interval=0.2,keep_alive_max_attempt=2,last_call_timeout=3";
+  // Keep-alive deadline 1.5 s: short, but not so short that a loaded
+  // machine kills a live node.
+  const std::string conf = "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=3";
   std::vector<std::string> common = {"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                                      absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=elastic",
                                      "--local_addr=127.0.0.1", "--monitor_interval=0.1", "--max_restarts=0"};
@@ -597,11 +599,15 @@ TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
     return LatestEnv(dir_)["WORLD_SIZE"] == "4" && LatestEnv(b_dir)["WORLD_SIZE"] == "4";
   }, absl::Seconds(60))) << a.err() << "\n" << b.err();
   const std::string first_round = LatestEnv(dir_)["CPPTORCHRUN_RDZV_ROUND"];
+  // Each worker records its env before its pid: wait for both of b's pids.
   std::vector<pid_t> b_workers;
-  for (const char* f : {"/pid.0.0", "/pid.1.0", "/pid.2.0", "/pid.3.0"}) {
-    if (Exists(b_dir + f)) b_workers.push_back(std::atoi(ReadFile(b_dir + f).c_str()));
-  }
-  ASSERT_EQ(b_workers.size(), 2u);
+  ASSERT_TRUE(Eventually([&] {
+    b_workers.clear();
+    for (const char* f : {"/pid.0.0", "/pid.1.0", "/pid.2.0", "/pid.3.0"}) {
+      if (Exists(b_dir + f)) b_workers.push_back(std::atoi(ReadFile(b_dir + f).c_str()));
+    }
+    return b_workers.size() == 2u && b_workers[0] > 0 && b_workers[1] > 0;
+  })) << b.err();
   // Node b dies hard; its workers die with it.
   b.Signal(SIGKILL);
   EXPECT_EQ(b.Wait(), 128 + SIGKILL);
