@@ -121,7 +121,32 @@ def section_launch(ctx, res):
                        "of the launcher's tree (the launcher itself for /bin/true workers)")
 
 
-SECTIONS = {"launch": section_launch}
+def section_rendezvous(ctx, res):
+    """N simulated agents (8 ranks each) forming one round, then every rank
+    reading the round's NCCL unique id; server in its own process."""
+    bench = os.path.join(ctx.bin, "rendezvous", "rendezvous_bench")
+    sizes = (100, 1000, 10000)
+    repeat = 2 if ctx.quick else 5
+    for _ in range(repeat):
+        for n in sizes:
+            r = subprocess.run([bench, "--sizes=%d" % n, "--json"], capture_output=True, text=True,
+                               timeout=600)
+            rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+            if r.returncode != 0 or not rows or not rows[0].get("ok"):
+                raise RuntimeError("rendezvous_bench N=%d failed: %s" % (n, r.stderr[-500:]))
+            row = rows[0]
+            res.add("rendezvous/N=%d/round_s" % n, row["round_s"], "s")
+            res.add("rendezvous/N=%d/store_s" % n, row["store_s"], "s")
+            res.add("rendezvous/N=%d/total_s" % n, row["round_s"] + row["store_s"], "s")
+            res.add("rendezvous/N=%d/server_peak_rss_mb" % n, row["server_peak_rss_mib"] * 1.048576, "MB")
+    res.note("rendezvous", "no reference ran: PyTorch's TCPStore needs ~100 s for 96K ranks "
+                           "(libuv backend, PyTorch's own figure), not reproducible at that scale here")
+
+
+import train_bench  # noqa: E402  (bench/, beside this file)
+
+SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
+            "training": train_bench.section_training}
 
 
 def register(name, fn):
@@ -317,7 +342,46 @@ def _launch_plot(ctx, res):
                             "workers (--nproc_per_node)", "ms", series, logy=True)
 
 
-PLOTS = [_launch_plot]
+def fit_exponent(points):
+    """Least-squares slope of log(y) over log(x): time ~ N^k."""
+    import math
+    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
+
+
+def _rendezvous_plot(ctx, res):
+    series = []
+    for what in ("round_s", "store_s", "total_s"):
+        pts = [(n, res.stat("rendezvous/N=%d/%s" % (n, what))["median"])
+               for n in (100, 1000, 10000) if res.stat("rendezvous/N=%d/%s" % (n, what))]
+        series.append((what, pts))
+        k = fit_exponent(pts)
+        if k is not None:
+            ctx.ratios.setdefault("rendezvous", []).append("%s grows as N^%.2f (least squares on log-log)" % (what, k))
+    st = res.stat("rendezvous/N=10000/total_s")
+    if st:
+        ctx.ratios.setdefault("rendezvous", []).append(
+            "N=10,000 (80,000 ranks): %.1f s median, goal <= 10 s" % st["median"])
+    yield "rendezvous", gnuplot(os.path.join(ctx.out, "rendezvous.png"), "rendezvous time vs agents",
+                                "agents N (8 ranks each)", "seconds", series, logx=True, logy=True)
+
+
+def _training_plot(ctx, res):
+    series = []
+    for who in ("cpptorchrun", "torchrun"):
+        pts = [(w, res.stat("training/%s/world=%d/samples_per_s" % (who, w))["median"])
+               for w in (1, 2) if res.stat("training/%s/world=%d/samples_per_s" % (who, w))]
+        series.append((who, pts))
+    yield "training", gnuplot(os.path.join(ctx.out, "training.png"), "training throughput (median)",
+                              "world size (ranks)", "samples/s", series)
+
+
+PLOTS = [_launch_plot, _rendezvous_plot, _training_plot]
 
 if __name__ == "__main__":
     sys.exit(main())
