@@ -18,7 +18,6 @@
 
 #include "absl/time/time.h"
 #include "launcher/cli.h"
-#include "launcher/clock.h"
 #include "launcher/failure_summary.h"
 #include "launcher/ports.h"
 #include "launcher/process.h"
@@ -26,6 +25,7 @@
 #include "launcher/round_monitor.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/client.h"
+#include "rendezvous/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -66,7 +66,7 @@ struct AgentOptions {
   std::string rdzv_token_file;            // empty: none
 
   // Not owned; all must outlive the agent.
-  Clock* clock = nullptr;
+  rdzv::Clock* clock = nullptr;
   ProcessLauncher* processes = nullptr;
   rdzv::RendezvousClient* rdzv = nullptr;
   PortFinder* ports = nullptr;

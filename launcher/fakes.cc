@@ -8,6 +8,17 @@
 #include "absl/status/status.h"
 
 namespace cpptorchrun::launcher {
+namespace {
+
+// Moves `clock` forward to `t`; never backwards. Only the fake launcher (under
+// its lock) and the test's own thread move a test's clock, so reading then
+// advancing does not race with another mover.
+void AdvanceClockTo(rdzv::FakeClock* clock, absl::Time t) {
+  const absl::Time now = clock->Now();
+  if (t > now) clock->Advance(t - now);
+}
+
+}  // namespace
 
 // --- FakeProcessLauncher ------------------------------------------------------
 
@@ -94,11 +105,11 @@ std::vector<ProcessEvent> FakeProcessLauncher::Wait(absl::Time deadline) {
                                          return a.t != b.t ? a.t < b.t : a.seq < b.seq;
                                        });
       if (earliest == schedule_.end() || earliest->t > deadline) {
-        clock_->AdvanceTo(deadline);
+        AdvanceClockTo(clock_, deadline);
         return {};
       }
       const absl::Time t = earliest->t;
-      clock_->AdvanceTo(t);
+      AdvanceClockTo(clock_, t);
       std::vector<Scheduled> due, rest;
       for (Scheduled& s : schedule_) (s.t <= t ? due : rest).push_back(std::move(s));
       schedule_.swap(rest);

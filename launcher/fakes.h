@@ -12,11 +12,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "launcher/clock.h"
 #include "launcher/ports.h"
 #include "launcher/process.h"
 #include "launcher/round_monitor.h"
 #include "rendezvous/client.h"
+#include "rendezvous/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -26,7 +26,7 @@ namespace cpptorchrun::launcher {
 // Thread-safe.
 class FakeProcessLauncher final : public ProcessLauncher {
  public:
-  explicit FakeProcessLauncher(FakeClock* clock) : clock_(clock) {}
+  explicit FakeProcessLauncher(rdzv::FakeClock* clock) : clock_(clock) {}
 
   struct Started {
     pid_t pid;
@@ -68,7 +68,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   void ExitLocked(pid_t pid, ExitStatus status, std::vector<ProcessEvent>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  FakeClock* clock_;
+  rdzv::FakeClock* clock_;
   mutable absl::Mutex mu_;
   pid_t next_pid_ ABSL_GUARDED_BY(mu_) = 1000;
   int seq_ ABSL_GUARDED_BY(mu_) = 0;

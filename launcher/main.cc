@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "launcher/agent_service.h"
 #include "launcher/cli.h"
-#include "launcher/clock.h"
 #include "launcher/console_log.h"
 #include "launcher/devices.h"
 #include "launcher/elastic_agent.h"
@@ -29,6 +28,7 @@
 #include "launcher/run_dir.h"
 #include "launcher/status_cmd.h"
 #include "rendezvous/client.h"
+#include "rendezvous/clock.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
 
@@ -184,7 +184,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     client = NewLocalRendezvousClient();
   }
 
-  ProgressBoard board(RealClock());
+  ProgressBoard board(rdzv::RealClock());
   std::unique_ptr<AgentService> agent_service;
   {
     auto svc = AgentService::Start((*run_dir)->socket_path(), &board);
@@ -247,7 +247,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
   auto monitor = NewRoundMonitor(mo);
 
-  o.clock = RealClock();
+  o.clock = rdzv::RealClock();
   o.processes = processes->get();
   o.rdzv = client.get();
   o.ports = ports.get();

@@ -15,7 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "launcher/clock.h"
+#include "rendezvous/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -36,7 +36,7 @@ struct RankReport {
 // Thread-safe.
 class ProgressBoard {
  public:
-  explicit ProgressBoard(Clock* clock) : clock_(clock) {}
+  explicit ProgressBoard(rdzv::Clock* clock) : clock_(clock) {}
 
   // A new group: forgets all reports; `pids[local_rank]` are the workers.
   void Reset(const std::vector<int64_t>& pids);
@@ -51,10 +51,10 @@ class ProgressBoard {
   std::vector<RankReport> Snapshot() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
   bool Finished(int local_rank) const;
-  Clock* clock() const { return clock_; }
+  rdzv::Clock* clock() const { return clock_; }
 
  private:
-  Clock* clock_;
+  rdzv::Clock* clock_;
   mutable absl::Mutex mu_;
   std::vector<int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);

@@ -56,7 +56,7 @@ TEST(DecideNext, RestartsOnlyFailuresCount) {
 }
 
 TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
-  FakeClock clock(kT0);
+  rdzv::FakeClock clock(kT0);
   ProgressBoard board(&clock);
   board.Reset({11, 12});
   RankReport r;

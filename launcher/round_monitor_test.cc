@@ -29,7 +29,7 @@ rdzv::v1::Assignment Round(FakeRendezvousClient& client) {
 
 TEST(RoundMonitor, KeepAlivesCarryProgress) {
   FakeRendezvousClient client;
-  ProgressBoard board(RealClock());
+  ProgressBoard board(rdzv::RealClock());
   board.Reset({77});
   RankReport r;
   r.rank = 0;
