@@ -2,6 +2,7 @@
 // here with a message that names its source (flag or PET_* variable).
 #include "launcher/cli.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <set>
@@ -194,7 +195,7 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   if (endpoint.empty()) {
     return absl::InvalidArgumentError("status: --rdzv_endpoint: required (host:port of the rendezvous service)");
   }
-  auto hp = ParseHostPort(endpoint, kDefaultC10dPort, "--rdzv_endpoint");
+  auto hp = ParseEndpointFlag(endpoint, kDefaultC10dPort, "--rdzv_endpoint");
   if (!hp.ok()) return hp.status();
   if (!ValidRunId(id)) {
     return Bad("--rdzv_id", "1..128 characters of [A-Za-z0-9_.-]", id);
@@ -207,49 +208,22 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
 
 }  // namespace
 
-std::string HostPort::ToString() const {
-  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
-  return absl::StrCat(host, ":", port);
-}
-
-absl::StatusOr<HostPort> ParseHostPort(const std::string& text, int default_port,
-                                       const std::string& what) {
-  const std::string allowed = "HOST[:PORT] or [IPV6][:PORT] with PORT in 1..65535";
-  HostPort out;
-  std::string port_text;
-  if (!text.empty() && text[0] == '[') {
-    size_t close = text.find(']');
-    if (close == std::string::npos || close == 1) return Bad(what, allowed, text);
-    out.host = text.substr(1, close - 1);
-    std::string rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':' || rest.size() == 1) return Bad(what, allowed, text);
-      port_text = rest.substr(1);
-    }
-    if (out.host.find(':') == std::string::npos) return Bad(what, allowed, text);
-  } else {
-    size_t colon = text.find(':');
-    if (colon != std::string::npos && text.find(':', colon + 1) != std::string::npos) {
-      // A bare IPv6 address: allowed only without a port.
-      out.host = text;
-    } else if (colon != std::string::npos) {
-      out.host = text.substr(0, colon);
-      port_text = text.substr(colon + 1);
-      if (port_text.empty()) return Bad(what, allowed, text);
-    } else {
-      out.host = text;
-    }
+absl::StatusOr<rdzv::Endpoint> ParseEndpointFlag(const std::string& text, int default_port,
+                                                 const std::string& what) {
+  // A bare IPv6 address (two ':' or more, no brackets) is taken as "[v6]";
+  // the endpoint parser itself insists on brackets.
+  const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+  std::string endpoint_text = text;
+  if (!stripped.empty() && stripped.front() != '[' &&
+      std::count(stripped.begin(), stripped.end(), ':') >= 2) {
+    endpoint_text = absl::StrCat("[", stripped, "]");
   }
-  if (!ValidHost(out.host)) return Bad(what, allowed, text);
-  out.port = default_port;
-  if (!port_text.empty()) {
-    int port = 0;
-    if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
-      return Bad(what, allowed, text);
-    }
-    out.port = port;
+  absl::StatusOr<rdzv::Endpoint> endpoint = rdzv::ParseEndpoint(endpoint_text, default_port);
+  if (!endpoint.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", endpoint.status().message()));
   }
-  return out;
+  if (endpoint->host.size() > 253) return Bad(what, "a host of at most 253 characters", text);
+  return endpoint;
 }
 
 int StdSpec::ForLocalRank(int local_rank) const {
@@ -492,7 +466,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
   {
     std::string v = value("rdzv_endpoint", "", &src);
     if (!v.empty()) {
-      auto hp = ParseHostPort(v, kDefaultC10dPort, src);
+      auto hp = ParseEndpointFlag(v, kDefaultC10dPort, src);
       if (!hp.ok()) return hp.status();
       if (hp->port == 0) return Bad(src, "a PORT in 1..65535", v);
       c.rdzv_endpoint = *hp;
@@ -665,7 +639,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
   }
   if (c.rdzv_backend == RdzvBackend::kStatic && c.max_nodes > 1 && !c.has_rdzv_endpoint) {
     // torchrun's static rendezvous meets at MASTER_ADDR:MASTER_PORT.
-    c.rdzv_endpoint = HostPort{c.master_addr, c.master_port};
+    c.rdzv_endpoint = rdzv::Endpoint{c.master_addr, c.master_port};
     c.has_rdzv_endpoint = true;
     c.rdzv_endpoint_from_master = true;
   }

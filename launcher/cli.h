@@ -16,24 +16,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
 
 inline constexpr char kVersion[] = "0.1.0";
-inline constexpr int kDefaultC10dPort = 29400;
+inline constexpr int kDefaultC10dPort = rdzv::kDefaultRendezvousPort;
 
-// A host and a port; `host` holds an IPv6 address without its brackets.
-struct HostPort {
-  std::string host;
-  int port = 0;
-  // host:port, with brackets around an IPv6 host.
-  std::string ToString() const;
-};
-
-// Parses host[:port], [v6]:port or [v6]; `default_port` fills a missing
-// port. Errors name `what` (the flag).
-absl::StatusOr<HostPort> ParseHostPort(const std::string& text, int default_port,
-                                       const std::string& what);
+// Parses a rendezvous endpoint flag value with rdzv::ParseEndpoint:
+// host[:port], [v6][:port], or a bare IPv6 address (no brackets, so no port)
+// standing for [v6]. `default_port` fills a missing port. Errors
+// (InvalidArgument) are one line that starts with `what` (the flag or PET_*
+// variable) followed by the endpoint parser's reason.
+absl::StatusOr<rdzv::Endpoint> ParseEndpointFlag(const std::string& text, int default_port,
+                                                 const std::string& what);
 
 enum class NprocKind { kCount, kGpu, kCpu, kAuto };
 
@@ -67,7 +63,7 @@ struct LaunchConfig {
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   // Set when --rdzv_endpoint (or, for static multi-node, master addr/port)
   // names a rendezvous service; empty host: none given.
-  HostPort rdzv_endpoint;
+  rdzv::Endpoint rdzv_endpoint;
   bool has_rdzv_endpoint = false;
   // Static multi-node without --rdzv_endpoint: the endpoint is
   // --master_addr:--master_port, and node rank 0 serves the rendezvous there.
@@ -106,7 +102,7 @@ struct LaunchConfig {
 ProgramMode ModeOf(const LaunchConfig& config);
 
 struct StatusConfig {
-  HostPort rdzv_endpoint;
+  rdzv::Endpoint rdzv_endpoint;
   std::string rdzv_id;
   std::string log_level = "warn";
 };

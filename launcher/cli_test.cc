@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -123,7 +124,7 @@ TEST(Cli, AllFlagsParse) {
   EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
   EXPECT_EQ(c.rdzv_endpoint.host, "::1");
   EXPECT_EQ(c.rdzv_endpoint.port, 1234);
-  EXPECT_EQ(c.rdzv_endpoint.ToString(), "[::1]:1234");
+  EXPECT_EQ(rdzv::FormatEndpoint(c.rdzv_endpoint), "[::1]:1234");
   EXPECT_EQ(c.rdzv_id, "job-7");
   EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "30");
   EXPECT_EQ(c.rdzv_conf.at("keep_alive_interval"), "0.5");
@@ -154,18 +155,18 @@ TEST(Cli, EndpointDefaultPortAndForms) {
   LaunchConfig c = MustLaunch({"--rdzv_backend=c10d", "--rdzv_endpoint=node1", "p"});
   EXPECT_EQ(c.rdzv_endpoint.host, "node1");
   EXPECT_EQ(c.rdzv_endpoint.port, kDefaultC10dPort);
-  auto hp = ParseHostPort("[fe80::1%eth0]:5", 1, "x");
+  auto hp = ParseEndpointFlag("[fe80::1%eth0]:5", 1, "x");
   ASSERT_TRUE(hp.ok()) << hp.status();
   EXPECT_EQ(hp->host, "fe80::1%eth0");
   EXPECT_EQ(hp->port, 5);
-  hp = ParseHostPort("::1", 7, "x");
+  hp = ParseEndpointFlag("::1", 7, "x");
   ASSERT_TRUE(hp.ok());
   EXPECT_EQ(hp->host, "::1");
   EXPECT_EQ(hp->port, 7);
-  hp = ParseHostPort("[::1]", 7, "x");
+  hp = ParseEndpointFlag("[::1]", 7, "x");
   ASSERT_TRUE(hp.ok());
   EXPECT_EQ(hp->port, 7);
-  EXPECT_EQ(ParseHostPort("127.0.0.1:80", 1, "x")->ToString(), "127.0.0.1:80");
+  EXPECT_EQ(rdzv::FormatEndpoint(*ParseEndpointFlag("127.0.0.1:80", 1, "x")), "127.0.0.1:80");
 }
 
 TEST(Cli, PetEnvironmentFallbacksAndCommandLineWins) {
@@ -190,7 +191,7 @@ TEST(Cli, StaticMultiNodeMeetsAtMaster) {
                                "--master_port=4000", "p"});
   EXPECT_TRUE(c.has_rdzv_endpoint);
   EXPECT_TRUE(c.rdzv_endpoint_from_master);
-  EXPECT_EQ(c.rdzv_endpoint.ToString(), "10.1.2.3:4000");
+  EXPECT_EQ(rdzv::FormatEndpoint(c.rdzv_endpoint), "10.1.2.3:4000");
 }
 
 TEST(Cli, HelpAndVersion) {

@@ -29,6 +29,7 @@
 #include "launcher/status_cmd.h"
 #include "rendezvous/client.h"
 #include "rendezvous/clock.h"
+#include "rendezvous/endpoint.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
 
@@ -153,7 +154,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     auto started = rdzv::RendezvousServer::Start(so);
     if (!started.ok()) {
       if (host_required) {
-        spdlog::error("cannot serve the rendezvous at {}: {}", c.rdzv_endpoint.ToString(),
+        spdlog::error("cannot serve the rendezvous at {}: {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
                       started.status().ToString());
         return 1;
       }
@@ -162,17 +163,17 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
                      started.status().ToString());
       } else {
         // Another launcher on this host serves it: be its client.
-        endpoint = c.rdzv_endpoint.ToString();
+        endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
         spdlog::debug("not hosting the rendezvous: {}", started.status().ToString());
       }
     } else {
       server = std::move(*started);
-      endpoint = loopback_embed ? server->endpoint() : c.rdzv_endpoint.ToString();
+      endpoint = loopback_embed ? server->endpoint() : rdzv::FormatEndpoint(c.rdzv_endpoint);
       spdlog::info("serving the rendezvous at {} (cpptorchrun status --rdzv_endpoint {} --rdzv_id {})",
                    endpoint, endpoint, c.rdzv_id);
     }
   } else {
-    endpoint = c.rdzv_endpoint.ToString();
+    endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
   }
   spdlog::debug("rendezvous {} ready", endpoint.empty() ? "local" : endpoint);
   if (!endpoint.empty()) {

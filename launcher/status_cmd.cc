@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -71,7 +72,7 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
   std::unique_ptr<rdzv::RendezvousClient> owned;
   if (client == nullptr) {
     rdzv::ClientOptions co;
-    co.endpoint = config.rdzv_endpoint.ToString();
+    co.endpoint = rdzv::FormatEndpoint(config.rdzv_endpoint);
     co.retry_budget = absl::Seconds(5);
     co.call_timeout = absl::Seconds(5);
     if (auto it = env.find("CPPTORCHRUN_RDZV_TOKEN_FILE"); it != env.end()) {
@@ -83,7 +84,7 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
   }
   auto st = client->RunStatus(config.rdzv_id);
   if (!st.ok()) {
-    std::fprintf(stderr, "cpptorchrun status: %s: %s\n", config.rdzv_endpoint.ToString().c_str(),
+    std::fprintf(stderr, "cpptorchrun status: %s: %s\n", rdzv::FormatEndpoint(config.rdzv_endpoint).c_str(),
                  st.status().ToString().c_str());
     return 1;
   }
