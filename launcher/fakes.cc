@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 
@@ -59,35 +60,33 @@ void FakeProcessLauncher::SignalGroup(pid_t pid, int signo) {
   }
 }
 
-void FakeProcessLauncher::ExitAt(pid_t pid, absl::Time t, ExitStatus status) {
+void FakeProcessLauncher::Schedule(absl::Time t, Scheduled s) {
   absl::MutexLock lock(&mu_);
-  Scheduled s;
   s.t = t;
   s.seq = seq_++;
+  schedule_.push_back(std::move(s));
+}
+
+void FakeProcessLauncher::ExitAt(pid_t pid, absl::Time t, ExitStatus status) {
+  Scheduled s;
   s.kind = Scheduled::Kind::kExit;
   s.pid = pid;
   s.status = status;
-  schedule_.push_back(s);
+  Schedule(t, std::move(s));
 }
 
 void FakeProcessLauncher::SignalLauncherAt(absl::Time t, int signo) {
-  absl::MutexLock lock(&mu_);
   Scheduled s;
-  s.t = t;
-  s.seq = seq_++;
   s.kind = Scheduled::Kind::kSignal;
   s.signo = signo;
-  schedule_.push_back(s);
+  Schedule(t, std::move(s));
 }
 
 void FakeProcessLauncher::CallAt(absl::Time t, std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
   Scheduled s;
-  s.t = t;
-  s.seq = seq_++;
   s.kind = Scheduled::Kind::kCall;
   s.call = std::move(fn);
-  schedule_.push_back(s);
+  Schedule(t, std::move(s));
 }
 
 void FakeProcessLauncher::IgnoreSigterm(pid_t pid) {

@@ -67,6 +67,8 @@ class FakeProcessLauncher final : public ProcessLauncher {
   };
   void ExitLocked(pid_t pid, ExitStatus status, std::vector<ProcessEvent>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `s` to happen at `t`, after whatever is already queued for `t`.
+  void Schedule(absl::Time t, Scheduled s) ABSL_LOCKS_EXCLUDED(mu_);
 
   rdzv::FakeClock* clock_;
   mutable absl::Mutex mu_;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -77,7 +78,23 @@ std::string HostName() {
 
 // Whether `h` names this host: loopback, `local_addr`, or the host name.
 bool IsThisHost(const std::string& h, const std::string& local_addr) {
-  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 || h == local_addr || h == HostName();
+  return rdzv::IsLoopbackHost(h) || h == local_addr || h == HostName();
+}
+
+// The signals that stop the workers and the launcher.
+const std::vector<int>& StopSignals() {
+  static const auto* signals = new std::vector<int>{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  return *signals;
+}
+
+// The signals the launcher blocks and reads: the stop signals always;
+// --signals_to_handle adds the forwarded-only ones (SIGUSR1/2). No repeats.
+std::vector<int> HandledSignals(const LaunchConfig& c) {
+  std::vector<int> all = StopSignals();
+  for (int s : c.signals_to_handle) {
+    if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+  }
+  return all;
 }
 
 int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env) {
@@ -104,14 +121,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     token_file = it->second;
   }
 
-  // Signals: the stop signals always; --signals_to_handle adds the
-  // forwarded-only ones (SIGUSR1/2).
-  const std::vector<int> stop_signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  std::vector<int> all_signals = stop_signals;
-  for (int s : c.signals_to_handle) {
-    if (std::find(all_signals.begin(), all_signals.end(), s) == all_signals.end()) all_signals.push_back(s);
-  }
-  auto processes = NewRealProcessLauncher({all_signals, /*subreaper=*/true});
+  auto processes = NewRealProcessLauncher({HandledSignals(c), /*subreaper=*/true});
   if (!processes.ok()) {
     spdlog::error("{}", processes.status().ToString());
     return 1;
@@ -211,7 +221,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
     o.log_line_prefix_template = it->second;
   }
-  o.stop_signals = stop_signals;
+  o.stop_signals = StopSignals();
   o.program_argv = *argv;
   o.program_name = c.training_script;
   o.base_env = env;
@@ -297,9 +307,7 @@ int main(int argc, char** argv) {
   if (parsed->kind == ParsedCommandLine::Kind::kLaunch) {
     // Before any thread exists, so every thread inherits the mask and only
     // the process launcher's signalfd sees these signals.
-    std::vector<int> handled = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    for (int s : parsed->launch.signals_to_handle) handled.push_back(s);
-    BlockLauncherSignals(handled);
+    BlockLauncherSignals(HandledSignals(parsed->launch));
   }
   switch (parsed->kind) {
     case ParsedCommandLine::Kind::kHelp:

@@ -19,6 +19,18 @@
 #include "launcher/cli.h"
 
 namespace cpptorchrun::launcher {
+namespace {
+
+// SIGCHLD and `signals`: what the launcher blocks and reads from its signalfd.
+sigset_t LauncherSignalSet(const std::vector<int>& signals) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int s : signals) sigaddset(&set, s);
+  return set;
+}
+
+}  // namespace
 
 ExitStatus ExitStatus::FromWaitStatus(int ws) {
   if (WIFSIGNALED(ws)) return Killed(WTERMSIG(ws));
@@ -32,10 +44,7 @@ std::string ExitStatus::ToString() const {
 }
 
 void BlockLauncherSignals(const std::vector<int>& signals) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  for (int s : signals) sigaddset(&set, s);
+  const sigset_t set = LauncherSignalSet(signals);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // A closed console must not kill the launcher mid-shutdown.
   signal(SIGPIPE, SIG_IGN);
@@ -199,10 +208,7 @@ class RealProcessLauncher final : public ProcessLauncher {
 absl::StatusOr<std::unique_ptr<ProcessLauncher>> NewRealProcessLauncher(
     const RealProcessLauncherOptions& options) {
   BlockLauncherSignals(options.signals);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  for (int s : options.signals) sigaddset(&set, s);
+  const sigset_t set = LauncherSignalSet(options.signals);
   int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
   int wfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
