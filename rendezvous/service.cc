@@ -2,11 +2,13 @@
 #include "rendezvous/service.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -69,6 +71,14 @@ absl::Duration Millis(int32_t ms) { return absl::Milliseconds(std::max<int32_t>(
 // server restart is unlikely to repeat a version its watchers hold.
 int64_t FirstVersion(absl::Time now) { return absl::ToUnixMicros(now); }
 
+absl::Status ShuttingDownError() {
+  return absl::UnavailableError("rendezvous server shutting down");
+}
+
+absl::Status UnknownRunError(const std::string& run_id) {
+  return absl::NotFoundError(absl::StrCat("run '", run_id, "' is unknown to this server"));
+}
+
 }  // namespace
 
 RendezvousService::RendezvousService(const ServiceOptions& options) : options_(options) {}
@@ -96,8 +106,7 @@ void RendezvousService::Shutdown() {
     while (!deadlines_.empty()) {
       Held* held = deadlines_.begin()->second;
       Release(held);
-      finishes.emplace_back(held,
-                            grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+      finishes.emplace_back(held, ToGrpc(ShuttingDownError()));
     }
   }
   FinishAll(&finishes);
@@ -159,8 +168,8 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   return raw;
 }
 
-absl::StatusOr<RendezvousService::Scope*> RendezvousService::FindScope(const v1::Scope& scope,
-                                                                        bool create) {
+absl::StatusOr<RendezvousService::ScopeRef> RendezvousService::FindScope(const v1::Scope& scope,
+                                                                          bool create) {
   absl::StatusOr<Run*> run = FindOrCreateRun(scope.run_id());
   if (!run.ok()) return run.status();
   int64_t current = (*run)->state.active_round;
@@ -171,10 +180,10 @@ absl::StatusOr<RendezvousService::Scope*> RendezvousService::FindScope(const v1:
   }
   auto it = (*run)->scopes.find(scope.round());
   if (it == (*run)->scopes.end()) {
-    if (!create) return nullptr;
+    if (!create) return ScopeRef{*run, nullptr};
     it = (*run)->scopes.emplace(scope.round(), Scope()).first;
   }
-  return &it->second;
+  return ScopeRef{*run, &it->second};
 }
 
 void RendezvousService::RememberClosed(const std::string& run_id, const std::string& reason) {
@@ -256,13 +265,7 @@ bool RendezvousService::Release(Held* held) {
     case Held::Kind::kRead: {
       if (held->waiting_on.empty()) break;
       auto scope = run->scopes.find(held->scope_round);
-      if (scope == run->scopes.end()) break;
-      auto list = scope->second.waiting.find(held->waiting_on);
-      if (list == scope->second.waiting.end()) break;
-      auto& v = list->second;
-      v.erase(std::remove(v.begin(), v.end(), held), v.end());
-      if (v.empty()) scope->second.waiting.erase(list);
-      held->waiting_on.clear();
+      if (scope != run->scopes.end()) StopWaiting(&scope->second, held);
       break;
     }
   }
@@ -297,6 +300,12 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
                                  : absl::StrCat("round ", run->state.forming_round, ": ",
                                                 run->state.joiners.size(), " nodes joined"));
   }
+  finishes->emplace_back(held, grpc::Status::OK);
+}
+
+void RendezvousService::AnswerWatch(Run* run, Held* held, Finishes* finishes) {
+  Release(held);
+  *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->round);
   finishes->emplace_back(held, grpc::Status::OK);
 }
 
@@ -357,11 +366,7 @@ void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_o
     for (Held* held : run->watchers) {
       if (held->version != state.version || state.closed) woken.push_back(held);
     }
-    for (Held* held : woken) {
-      Release(held);
-      *held->watch->mutable_event() = EventFor(state, held->node_id, held->round);
-      finishes->emplace_back(held, grpc::Status::OK);
-    }
+    for (Held* held : woken) AnswerWatch(run, held, finishes);
   }
   DropOldScopes(run, finishes);
 }
@@ -404,9 +409,7 @@ void RendezvousService::Tick() {
           AnswerJoin(run, held, &finishes);
           break;
         case Held::Kind::kWatch:
-          Release(held);
-          *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->round);
-          finishes.emplace_back(held, grpc::Status::OK);
+          AnswerWatch(run, held, &finishes);
           break;
         case Held::Kind::kRead: {
           std::string missing = held->waiting_on;
@@ -420,6 +423,109 @@ void RendezvousService::Tick() {
     }
   }
   FinishAll(&finishes);
+}
+
+// --- answering a call ----------------------------------------------------------
+
+namespace {
+
+// The first error among `statuses`, in order; OK when there is none. Every
+// check is a pure function of the request, so evaluating all of them
+// answers the same as stopping at the first failure.
+absl::Status FirstError(std::initializer_list<absl::Status> statuses) {
+  for (const absl::Status& status : statuses) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBatchSize(int size, absl::string_view what, const Limits& limits) {
+  if (size <= limits.max_keys_per_call) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(size, " ", what,
+                                                 " in one call; the limit (max_keys_per_call) is ",
+                                                 limits.max_keys_per_call));
+}
+
+// The checks of each request that need no state: InvalidArgument (or
+// ResourceExhausted for a value) naming what was wrong.
+absl::Status Check(const v1::JoinRequest& r, const Limits& l) {
+  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
+}
+absl::Status Check(const v1::KeepAliveRequest& r, const Limits& l) {
+  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l)});
+}
+absl::Status Check(const v1::WatchRequest& r, const Limits& l) {
+  return ValidateRunId(r.run_id(), l);
+}
+absl::Status Check(const v1::LeaveRequest& r, const Limits& l) {
+  return ValidateRunId(r.run_id(), l);
+}
+absl::Status Check(const v1::CloseRequest& r, const Limits& l) {
+  return ValidateRunId(r.run_id(), l);
+}
+absl::Status Check(const v1::RunStatusRequest& r, const Limits& l) {
+  return ValidateRunId(r.run_id(), l);
+}
+absl::Status Check(const v1::GetRequest& r, const Limits& l) {
+  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
+}
+absl::Status Check(const v1::AddRequest& r, const Limits& l) {
+  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
+}
+absl::Status Check(const v1::DeleteRequest& r, const Limits& l) {
+  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
+}
+absl::Status Check(const v1::CompareSetRequest& r, const Limits& l) {
+  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l),
+                     ValidateValue(r.key(), r.desired(), l)});
+}
+absl::Status Check(const v1::MultiSetRequest& r, const Limits& l) {
+  if (absl::Status s = FirstError({ValidateScope(r.scope(), l),
+                                   CheckBatchSize(r.entries_size(), "entries", l)});
+      !s.ok()) {
+    return s;
+  }
+  for (const v1::KeyValue& kv : r.entries()) {
+    if (absl::Status s =
+            FirstError({ValidateKey(kv.key(), l), ValidateValue(kv.key(), kv.value(), l)});
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+absl::Status Check(const v1::MultiGetRequest& r, const Limits& l) {
+  if (absl::Status s =
+          FirstError({ValidateScope(r.scope(), l), CheckBatchSize(r.keys_size(), "keys", l)});
+      !s.ok()) {
+    return s;
+  }
+  for (const std::string& key : r.keys()) {
+    if (absl::Status s = ValidateKey(key, l); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
+                                                    const absl::StatusOr<Held*>& result) {
+  if (result.ok() && *result != nullptr) return *result;
+  return Answer(ctx, result.status());
+}
+
+template <typename Request, typename Body>
+grpc::ServerUnaryReactor* RendezvousService::Serve(grpc::CallbackServerContext* ctx,
+                                                   const Request& request, Body body) {
+  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
+  if (absl::Status s = Check(request, options_.limits); !s.ok()) return Answer(ctx, s);
+  Finishes finishes;
+  auto result = [&] {
+    absl::MutexLock lock(&mu_);
+    return body(&finishes);
+  }();
+  FinishAll(&finishes);
+  return Answer(ctx, result);
 }
 
 // --- round calls ---------------------------------------------------------------
@@ -436,257 +542,189 @@ absl::Status RendezvousService::SparesFull(const Run& run, const std::string& no
                    options_.limits.max_nodes_per_run));
 }
 
+void RendezvousService::Form(Run* run, const RoundOptions& round_options, absl::Time now) {
+  if (run->formed) return;
+  run->state = NewRun(run->state.run_id, round_options);
+  run->state.version = FirstVersion(now);
+  run->formed = true;
+}
+
+v1::RunEvent RendezvousService::ClosedEvent(const std::string& run_id) {
+  v1::RunEvent event;
+  event.set_run_closed(true);
+  event.set_reason(std::string(ClosedRunError(run_id).message()));
+  return event;
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* request,
                                                   v1::JoinResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateNodeInfo(request->node(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
   absl::StatusOr<RoundOptions> round_options =
       RoundOptionsFromProto(request->options(), options_.limits.max_nodes_per_run);
-  if (!round_options.ok()) return Answer(ctx, round_options.status());
-
-  Finishes finishes;
-  Held* held = nullptr;
-  absl::Status error;
-  {
-    absl::MutexLock lock(&mu_);
+  return Serve(ctx, *request,
+               [&](Finishes* finishes)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
+    if (!round_options.ok()) return round_options.status();
     absl::Time now = options_.clock->Now();
     absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
-    if (shutting_down_) {
-      error = absl::UnavailableError("rendezvous server shutting down");
-    } else if (!found.ok()) {
-      error = found.status();
-    } else if (absl::Status full = SparesFull(**found, request->node().node_id()); !full.ok()) {
-      error = full;
+    if (shutting_down_) return ShuttingDownError();
+    if (!found.ok()) return found.status();
+    const std::string& node_id = request->node().node_id();
+    if (absl::Status full = SparesFull(**found, node_id); !full.ok()) return full;
+    Run* run = *found;
+    Form(run, *round_options, now);
+    auto previous = run->joins.find(node_id);
+    if (previous != run->joins.end()) AnswerJoin(run, previous->second, finishes);
+    absl::StatusOr<JoinResult> result =
+        ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round());
+    Held* held = nullptr;
+    if (!result.ok()) {
+      // Settled below all the same: a previous Join may have been answered.
+    } else if (result->outcome == JoinResult::Outcome::kComplete) {
+      response->set_outcome(v1::JoinResponse::COMPLETE);
+      *response->mutable_assignment() = result->assignment;
+      if (response->assignment().participants_size() >
+          options_.limits.max_participants_in_assignment) {
+        response->mutable_assignment()->clear_participants();
+      }
     } else {
-      Run* run = *found;
-      if (!run->formed) {
-        run->state = NewRun(request->run_id(), *round_options);
-        run->state.version = FirstVersion(now);
-        run->formed = true;
-      }
-      const std::string& node_id = request->node().node_id();
-      auto previous = run->joins.find(node_id);
-      if (previous != run->joins.end()) AnswerJoin(run, previous->second, &finishes);
-      absl::StatusOr<JoinResult> result =
-          ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round());
-      if (!result.ok()) {
-        error = result.status();
-      } else if (result->outcome == JoinResult::Outcome::kComplete) {
-        response->set_outcome(v1::JoinResponse::COMPLETE);
-        *response->mutable_assignment() = result->assignment;
-        if (response->assignment().participants_size() >
-            options_.limits.max_participants_in_assignment) {
-          response->mutable_assignment()->clear_participants();
-        }
-      } else {
-        held = new Held(this, Held::Kind::kJoin, request->run_id());
-        held->node_id = node_id;
-        held->join = response;
-        Hold(held, now + options_.limits.long_poll_bound);
-        run->joins[node_id] = held;
-        SetPolling(now, &run->state, node_id, true);
-      }
-      Settle(run, {}, "", &finishes);
+      held = new Held(this, Held::Kind::kJoin, request->run_id());
+      held->node_id = node_id;
+      held->join = response;
+      Hold(held, now + options_.limits.long_poll_bound);
+      run->joins[node_id] = held;
+      SetPolling(now, &run->state, node_id, true);
     }
-  }
-  FinishAll(&finishes);
-  if (held != nullptr) return held;
-  return Answer(ctx, error);
+    Settle(run, {}, "", finishes);
+    if (!result.ok()) return result.status();
+    return held;
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerContext* ctx,
                                                        const v1::KeepAliveRequest* request,
                                                        v1::KeepAliveResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateNodeId(request->node_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::Time now = options_.clock->Now();
     const v1::Assignment& assignment = request->assignment();
-    auto it = runs_.find(request->run_id());
+    bool known = runs_.contains(request->run_id());
     bool can_register = assignment.round() > 0 && assignment.participants_size() > 0;
-    if (closed_.contains(request->run_id()) && it == runs_.end()) {
-      v1::RunEvent* event = response->mutable_event();
-      event->set_run_closed(true);
-      event->set_reason(std::string(ClosedRunError(request->run_id()).message()));
-    } else if (it == runs_.end() && !can_register) {
-      status = absl::NotFoundError(absl::StrCat(
+    if (!known && closed_.contains(request->run_id())) {
+      *response->mutable_event() = ClosedEvent(request->run_id());
+      return absl::OkStatus();
+    }
+    if (!known && !can_register) {
+      return absl::NotFoundError(absl::StrCat(
           "run '", request->run_id(),
           "' is unknown to this server (restarted?) and the keep-alive carries no assignment"));
-    } else {
-      absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
-      if (!found.ok()) {
-        status = found.status();
-      } else {
-        Run* run = *found;
-        if (!run->formed) {
-          v1::RunOptions proto = request->options();
-          if (proto.min_nodes() == 0) {
-            proto.set_min_nodes(assignment.group_world_size());
-            proto.set_max_nodes(assignment.group_world_size());
-          }
-          absl::StatusOr<RoundOptions> o =
-              RoundOptionsFromProto(proto, options_.limits.max_nodes_per_run);
-          if (!o.ok()) {
-            status = o.status();
-          } else {
-            run->state = NewRun(request->run_id(), *o);
-            run->state.version = FirstVersion(now);
-            run->formed = true;
-          }
-        }
-        if (status.ok()) {
-          if (can_register) ReRegister(now, &run->state, *request);
-          *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request);
-          Settle(run, {}, "", &finishes);
-        }
-      }
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, status);
+    absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
+    if (!found.ok()) return found.status();
+    Run* run = *found;
+    if (!run->formed) {
+      v1::RunOptions proto = request->options();
+      if (proto.min_nodes() == 0) {
+        proto.set_min_nodes(assignment.group_world_size());
+        proto.set_max_nodes(assignment.group_world_size());
+      }
+      absl::StatusOr<RoundOptions> o =
+          RoundOptionsFromProto(proto, options_.limits.max_nodes_per_run);
+      if (!o.ok()) return o.status();
+      Form(run, *o, now);
+    }
+    if (can_register) ReRegister(now, &run->state, *request);
+    *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request);
+    Settle(run, {}, "", finishes);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchRequest* request,
                                                    v1::WatchResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  absl::Status status;
-  Held* held = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
+  return Serve(ctx, *request,
+               [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
     auto it = runs_.find(request->run_id());
     if (it == runs_.end()) {
-      if (closed_.contains(request->run_id())) {
-        response->mutable_event()->set_run_closed(true);
-        response->mutable_event()->set_reason(
-            std::string(ClosedRunError(request->run_id()).message()));
-      } else {
-        status = absl::NotFoundError(
-            absl::StrCat("run '", request->run_id(), "' is unknown to this server"));
-      }
-    } else if (shutting_down_) {
-      status = absl::UnavailableError("rendezvous server shutting down");
-    } else {
-      Run* run = it->second.get();
-      run->last_activity = options_.clock->Now();
-      v1::RunEvent event = EventFor(run->state, request->node_id(), request->round());
-      // Any other version answers at once: a newer one is a change, an
-      // older or larger one means the server restarted since the caller's.
-      if (run->state.version != request->version() || run->state.closed ||
-          request->timeout_ms() <= 0 || (request->round() > 0 && !event.round_current())) {
-        *response->mutable_event() = std::move(event);
-      } else {
-        held = new Held(this, Held::Kind::kWatch, request->run_id());
-        held->node_id = request->node_id();
-        held->round = request->round();
-        held->version = request->version();
-        held->watch = response;
-        absl::Duration wait =
-            std::min(Millis(request->timeout_ms()), options_.limits.long_poll_bound);
-        Hold(held, options_.clock->Now() + wait);
-        run->watchers.insert(held);
-      }
+      if (!closed_.contains(request->run_id())) return UnknownRunError(request->run_id());
+      *response->mutable_event() = ClosedEvent(request->run_id());
+      return nullptr;
     }
-  }
-  if (held != nullptr) return held;
-  return Answer(ctx, status);
+    if (shutting_down_) return ShuttingDownError();
+    Run* run = it->second.get();
+    run->last_activity = options_.clock->Now();
+    v1::RunEvent event = EventFor(run->state, request->node_id(), request->round());
+    // Any other version answers at once: a newer one is a change, an
+    // older or larger one means the server restarted since the caller's.
+    if (run->state.version != request->version() || run->state.closed ||
+        request->timeout_ms() <= 0 || (request->round() > 0 && !event.round_current())) {
+      *response->mutable_event() = std::move(event);
+      return nullptr;
+    }
+    Held* held = new Held(this, Held::Kind::kWatch, request->run_id());
+    held->node_id = request->node_id();
+    held->round = request->round();
+    held->version = request->version();
+    held->watch = response;
+    absl::Duration wait = std::min(Millis(request->timeout_ms()), options_.limits.long_poll_bound);
+    Hold(held, options_.clock->Now() + wait);
+    run->watchers.insert(held);
+    return held;
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx,
                                                    const v1::LeaveRequest* request,
                                                    v1::LeaveResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = runs_.find(request->run_id());
-    if (it == runs_.end()) {
-      status = absl::NotFoundError(
-          absl::StrCat("run '", request->run_id(), "' is unknown to this server"));
-    } else {
-      Run* run = it->second.get();
-      run->last_activity = options_.clock->Now();
-      auto join = run->joins.find(request->node_id());
-      if (join != run->joins.end()) {
-        Held* held = join->second;
-        Release(held);
-        finishes.emplace_back(held, grpc::Status(grpc::StatusCode::ABORTED,
-                                                 "the node left the run while joining"));
-      }
-      ApplyLeave(options_.clock->Now(), &run->state, request->node_id(),
-                 request->reason().empty() ? "left" : request->reason());
-      Settle(run, {}, "", &finishes);
+    if (it == runs_.end()) return UnknownRunError(request->run_id());
+    Run* run = it->second.get();
+    run->last_activity = options_.clock->Now();
+    auto join = run->joins.find(request->node_id());
+    if (join != run->joins.end()) {
+      Held* held = join->second;
+      Release(held);
+      finishes->emplace_back(
+          held, grpc::Status(grpc::StatusCode::ABORTED, "the node left the run while joining"));
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, status);
+    ApplyLeave(options_.clock->Now(), &run->state, request->node_id(),
+               request->reason().empty() ? "left" : request->reason());
+    Settle(run, {}, "", finishes);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Close(grpc::CallbackServerContext* ctx,
                                                    const v1::CloseRequest* request,
                                                    v1::CloseResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  {
-    absl::MutexLock lock(&mu_);
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::string reason = request->reason().empty() ? "closed by a client" : request->reason();
     RememberClosed(request->run_id(), reason);
     auto it = runs_.find(request->run_id());
     if (it != runs_.end()) {
       ApplyClose(options_.clock->Now(), &it->second->state, reason);
-      Settle(it->second.get(), {}, "", &finishes);
+      Settle(it->second.get(), {}, "", finishes);
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, absl::OkStatus());
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::RunStatus(grpc::CallbackServerContext* ctx,
                                                        const v1::RunStatusRequest* request,
                                                        v1::RunStatusResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateRunId(request->run_id(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  return Answer(ctx, FillRunStatus(*request, response));
+  return Serve(ctx, *request, [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return FillRunStatus(*request, response);
+  });
 }
 
-absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& request_ref,
+absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& request,
                                               v1::RunStatusResponse* response) {
-  const v1::RunStatusRequest* request = &request_ref;
-  absl::MutexLock lock(&mu_);
-  response->set_run_id(request->run_id());
-  auto it = runs_.find(request->run_id());
+  response->set_run_id(request.run_id());
+  auto it = runs_.find(request.run_id());
   if (it == runs_.end()) {
-    auto closed = closed_.find(request->run_id());
-    if (closed == closed_.end()) {
-      return (absl::NotFoundError(
-                             absl::StrCat("run '", request->run_id(), "' is unknown to this server")));
-    }
+    auto closed = closed_.find(request.run_id());
+    if (closed == closed_.end()) return UnknownRunError(request.run_id());
     response->set_state(v1::RunStatusResponse::CLOSED);
     response->set_closed_reason(closed->second);
     return absl::OkStatus();
@@ -725,6 +763,16 @@ void RendezvousService::KeySet(Scope* scope, const std::string& key, Finishes* f
   }
 }
 
+void RendezvousService::StopWaiting(Scope* scope, Held* held) {
+  auto list = scope->waiting.find(held->waiting_on);
+  if (list != scope->waiting.end()) {
+    auto& v = list->second;
+    v.erase(std::remove(v.begin(), v.end(), held), v.end());
+    if (v.empty()) scope->waiting.erase(list);
+  }
+  held->waiting_on.clear();
+}
+
 bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finishes) {
   for (const std::string& key : held->keys) {
     if (!scope->data.contains(key)) {
@@ -743,6 +791,28 @@ bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finish
   return true;
 }
 
+absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh) {
+  if (run.keys + fresh <= options_.limits.max_keys_per_run) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.keys,
+                                                   " keys; the limit (max_keys_per_run) is ",
+                                                   options_.limits.max_keys_per_run));
+}
+
+absl::Status RendezvousService::PutKey(const ScopeRef& at, const std::string& key,
+                                       std::string value, Finishes* finishes) {
+  if (!at.scope->data.contains(key)) {
+    if (absl::Status room = RoomForKeys(*at.run, 1); !room.ok()) return room;
+    ++at.run->keys;
+  }
+  at.scope->data[key] = std::move(value);
+  KeySet(at.scope, key, finishes);
+  return absl::OkStatus();
+}
+
+absl::Time RendezvousService::ReadDeadline(int32_t timeout_ms) {
+  return options_.clock->Now() + std::min(Millis(timeout_ms), options_.limits.store_wait_bound);
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx,
                                                  const v1::SetRequest* request,
                                                  v1::SetResponse* response) {
@@ -758,251 +828,131 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContext* ctx,
                                                       const v1::MultiSetRequest* request,
                                                       v1::MultiSetResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (request->entries_size() > options_.limits.max_keys_per_call) {
-    return Answer(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           request->entries_size(), " entries in one call; the limit (max_keys_per_call) is ",
-                           options_.limits.max_keys_per_call)));
-  }
-  for (const v1::KeyValue& kv : request->entries()) {
-    if (absl::Status s = ValidateKey(kv.key(), options_.limits); !s.ok()) return Answer(ctx, s);
-    if (absl::Status s = ValidateValue(kv.key(), kv.value(), options_.limits); !s.ok()) {
-      return Answer(ctx, s);
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
+    if (!at.ok()) return at.status();
+    int64_t fresh = 0;
+    for (const v1::KeyValue& kv : request->entries()) {
+      if (!at->scope->data.contains(kv.key())) ++fresh;
     }
-  }
-  Finishes finishes;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else {
-      Run* run = runs_.at(request->scope().run_id()).get();
-      int64_t fresh = 0;
-      for (const v1::KeyValue& kv : request->entries()) {
-        if (!(*scope)->data.contains(kv.key())) ++fresh;
-      }
-      if (run->keys + fresh > options_.limits.max_keys_per_run) {
-        status = absl::ResourceExhaustedError(absl::StrCat(
-            "run '", request->scope().run_id(), "' holds ", run->keys,
-            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
-      } else {
-        run->keys += fresh;
-        for (const v1::KeyValue& kv : request->entries()) {
-          (*scope)->data[kv.key()] = kv.value();
-          KeySet(*scope, kv.key(), &finishes);
-        }
-      }
+    if (absl::Status room = RoomForKeys(*at->run, fresh); !room.ok()) return room;
+    at->run->keys += fresh;
+    for (const v1::KeyValue& kv : request->entries()) {
+      at->scope->data[kv.key()] = kv.value();
+      KeySet(at->scope, kv.key(), finishes);
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, status);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx,
                                                  const v1::GetRequest* request,
                                                  v1::GetResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  Held* held = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else if (auto it = (*scope)->data.find(request->key()); it != (*scope)->data.end()) {
+  return Serve(ctx, *request,
+               [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
+    if (!at.ok()) return at.status();
+    if (auto it = at->scope->data.find(request->key()); it != at->scope->data.end()) {
       response->set_value(it->second);
-    } else if (request->timeout_ms() <= 0) {
-      status = absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
-    } else if (shutting_down_) {
-      status = absl::UnavailableError("rendezvous server shutting down");
-    } else {
-      held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-      held->scope_round = request->scope().round();
-      held->keys = {request->key()};
-      held->get = response;
-      Hold(held, options_.clock->Now() +
-                     std::min(Millis(request->timeout_ms()), options_.limits.store_wait_bound));
-      TryAnswerRead(*scope, held, &finishes);
+      return nullptr;
     }
-  }
-  FinishAll(&finishes);
-  if (held != nullptr) return held;
-  return Answer(ctx, status);
+    if (request->timeout_ms() <= 0) {
+      return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+    }
+    if (shutting_down_) return ShuttingDownError();
+    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
+    held->scope_round = request->scope().round();
+    held->keys = {request->key()};
+    held->get = response;
+    Hold(held, ReadDeadline(request->timeout_ms()));
+    TryAnswerRead(at->scope, held, finishes);
+    return held;
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContext* ctx,
                                                       const v1::MultiGetRequest* request,
                                                       v1::MultiGetResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (request->keys_size() > options_.limits.max_keys_per_call) {
-    return Answer(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           request->keys_size(), " keys in one call; the limit (max_keys_per_call) is ",
-                           options_.limits.max_keys_per_call)));
-  }
-  if (request->keys_size() == 0) return Answer(ctx, absl::OkStatus());
-  for (const std::string& key : request->keys()) {
-    if (absl::Status s = ValidateKey(key, options_.limits); !s.ok()) return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  Held* held = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else if (shutting_down_) {
-      status = absl::UnavailableError("rendezvous server shutting down");
-    } else {
-      held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-      held->scope_round = request->scope().round();
-      held->keys.assign(request->keys().begin(), request->keys().end());
-      held->multi_get = response;
-      bool answered = TryAnswerRead(*scope, held, &finishes);
-      if (!answered && request->timeout_ms() <= 0) {
-        status = absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
-        auto& v = (*scope)->waiting[held->waiting_on];
-        v.erase(std::remove(v.begin(), v.end(), held), v.end());
-        if (v.empty()) (*scope)->waiting.erase(held->waiting_on);
-        delete held;
-        held = nullptr;
-      } else if (!answered) {
-        Hold(held, options_.clock->Now() +
-                       std::min(Millis(request->timeout_ms()), options_.limits.store_wait_bound));
-      }
+  return Serve(ctx, *request,
+               [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
+    if (request->keys_size() == 0) return nullptr;
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
+    if (!at.ok()) return at.status();
+    if (shutting_down_) return ShuttingDownError();
+    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
+    held->scope_round = request->scope().round();
+    held->keys.assign(request->keys().begin(), request->keys().end());
+    held->multi_get = response;
+    if (TryAnswerRead(at->scope, held, finishes)) return held;
+    if (request->timeout_ms() <= 0) {
+      absl::Status missing =
+          absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
+      StopWaiting(at->scope, held);
+      delete held;
+      return missing;
     }
-  }
-  FinishAll(&finishes);
-  if (held != nullptr) return held;
-  return Answer(ctx, status);
+    Hold(held, ReadDeadline(request->timeout_ms()));
+    return held;
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx,
                                                  const v1::AddRequest* request,
                                                  v1::AddResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else {
-      Run* run = runs_.at(request->scope().run_id()).get();
-      auto it = (*scope)->data.find(request->key());
-      int64_t value = 0;
-      if (it != (*scope)->data.end() && !absl::SimpleAtoi(it->second, &value)) {
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
-      } else if (it == (*scope)->data.end() && run->keys >= options_.limits.max_keys_per_run) {
-        status = absl::ResourceExhaustedError(absl::StrCat(
-            "run '", request->scope().run_id(), "' holds ", run->keys,
-            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
-      } else {
-        if (it == (*scope)->data.end()) ++run->keys;
-        value += request->delta();
-        (*scope)->data[request->key()] = absl::StrCat(value);
-        response->set_value(value);
-        KeySet(*scope, request->key(), &finishes);
-      }
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
+    if (!at.ok()) return at.status();
+    auto it = at->scope->data.find(request->key());
+    bool present = it != at->scope->data.end();
+    int64_t value = 0;
+    if (present && !absl::SimpleAtoi(it->second, &value)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, status);
+    value += request->delta();
+    if (absl::Status put = PutKey(*at, request->key(), absl::StrCat(value), finishes); !put.ok()) {
+      return put;
+    }
+    response->set_value(value);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerContext* ctx,
                                                         const v1::CompareSetRequest* request,
                                                         v1::CompareSetResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateValue(request->key(), request->desired(), options_.limits);
-      !s.ok()) {
-    return Answer(ctx, s);
-  }
-  Finishes finishes;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), true);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else {
-      Run* run = runs_.at(request->scope().run_id()).get();
-      auto it = (*scope)->data.find(request->key());
-      bool present = it != (*scope)->data.end();
-      bool match = request->expect_absent() ? !present
-                                            : (present && it->second == request->expected());
-      if (match && !present && run->keys >= options_.limits.max_keys_per_run) {
-        status = absl::ResourceExhaustedError(absl::StrCat(
-            "run '", request->scope().run_id(), "' holds ", run->keys,
-            " keys; the limit (max_keys_per_run) is ", options_.limits.max_keys_per_run));
-      } else if (match) {
-        if (!present) ++run->keys;
-        (*scope)->data[request->key()] = request->desired();
-        response->set_swapped(true);
-        response->set_value(request->desired());
-        KeySet(*scope, request->key(), &finishes);
-      } else {
-        response->set_swapped(false);
-        if (present) response->set_value(it->second);
-      }
+  return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
+    if (!at.ok()) return at.status();
+    auto it = at->scope->data.find(request->key());
+    bool present = it != at->scope->data.end();
+    bool match =
+        request->expect_absent() ? !present : (present && it->second == request->expected());
+    if (!match) {
+      response->set_swapped(false);
+      if (present) response->set_value(it->second);
+      return absl::OkStatus();
     }
-  }
-  FinishAll(&finishes);
-  return Answer(ctx, status);
+    if (absl::Status put = PutKey(*at, request->key(), request->desired(), finishes); !put.ok()) {
+      return put;
+    }
+    response->set_swapped(true);
+    response->set_value(request->desired());
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext* ctx,
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
-  if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = ValidateScope(request->scope(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  if (absl::Status s = ValidateKey(request->key(), options_.limits); !s.ok()) {
-    return Answer(ctx, s);
-  }
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<Scope*> scope = FindScope(request->scope(), false);
-    if (!scope.ok()) {
-      status = scope.status();
-    } else {
-      bool deleted = *scope != nullptr && (*scope)->data.erase(request->key()) > 0;
-      if (deleted) --runs_.at(request->scope().run_id())->keys;
-      response->set_deleted(deleted);
-    }
-  }
-  return Answer(ctx, status);
+  return Serve(ctx, *request, [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), false);
+    if (!at.ok()) return at.status();
+    bool deleted = at->scope != nullptr && at->scope->data.erase(request->key()) > 0;
+    if (deleted) --at->run->keys;
+    response->set_deleted(deleted);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace cpptorchrun::rdzv

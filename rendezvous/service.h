@@ -126,17 +126,41 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     bool logged_ended = true;
     bool logged_closed = false;
   };
+  // A store scope and the run that holds it.
+  struct ScopeRef {
+    Run* run;
+    Scope* scope;  // null when absent and not created
+  };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 
   bool Authorized(grpc::CallbackServerContext* ctx) const;
+  // Answers the call now with `status`.
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const absl::Status& status);
+  // A held call's reactor (it answers later); nullptr: answers OK now; an
+  // error: answers it now.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx,
+                                   const absl::StatusOr<Held*>& result);
   void FinishAll(Finishes* finishes);
+  // Every RPC's frame: answers UNAUTHENTICATED without the token, or the
+  // first error of the request's stateless checks; otherwise runs
+  // `body(Finishes*)` under mu_ and answers what it returns (absl::Status,
+  // or absl::StatusOr<Held*> as for Answer), after finishing the other calls
+  // the body decided outside the lock.
+  template <typename Request, typename Body>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const Request& request,
+                                  Body body);
 
   absl::StatusOr<Run*> FindOrCreateRun(const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ClosedRunError(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Scope*> FindScope(const v1::Scope& scope, bool create)
+  absl::StatusOr<ScopeRef> FindScope(const v1::Scope& scope, bool create)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives a run that has none its options and first version (no-op when
+  // it has them).
+  void Form(Run* run, const RoundOptions& round_options, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The event telling a caller that a closed run is closed.
+  v1::RunEvent ClosedEvent(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void Hold(Held* held, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `held` out of every container; false when it was not in them.
@@ -147,6 +171,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void Settle(Run* run, const std::vector<std::string>& timed_out, const std::string& reason,
               Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerJoin(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a held Watch with the run's current event.
+  void AnswerWatch(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-checks held reads waiting on `key`.
   void KeySet(Scope* scope, const std::string& key, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -154,6 +180,17 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // missing key; true when answered.
   bool TryAnswerRead(Scope* scope, Held* held, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a read out of the list of the key it waits on.
+  void StopWaiting(Scope* scope, Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when `fresh` more keys would put the run over
+  // max_keys_per_run.
+  absl::Status RoomForKeys(const Run& run, int64_t fresh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `key` in `at` (counting it when new: ResourceExhausted when the
+  // run has no room) and answers the reads it completes.
+  absl::Status PutKey(const ScopeRef& at, const std::string& key, std::string value,
+                      Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When a read asking to wait `timeout_ms` is answered at the latest.
+  absl::Time ReadDeadline(int32_t timeout_ms);
   void DropOldScopes(Run* run, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogChanges(Run* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteRun(const std::string& run_id, const grpc::Status& status, Finishes* finishes)
@@ -166,7 +203,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   absl::Status SparesFull(const Run& run, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FillRunStatus(const v1::RunStatusRequest& request,
-                             v1::RunStatusResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+                             v1::RunStatusResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceOptions options_;
   absl::Mutex mu_;
