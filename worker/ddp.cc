@@ -2,6 +2,7 @@
 #include "worker/ddp.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 
@@ -163,7 +164,10 @@ absl::Status DistributedDataParallel::FinishBackward() {
   absl::Status first_error;
   const double scale = 1.0 / comm_->world_size();
   for (Bucket& bucket : buckets_) {
+    const auto wait_start = std::chrono::steady_clock::now();
     absl::Status status = bucket.work ? bucket.work->Wait() : absl::InternalError("bucket not launched");
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     bucket.work.reset();
     if (!status.ok()) {
       if (first_error.ok()) first_error = status;

@@ -73,6 +73,8 @@ class DistributedDataParallel {
   absl::Status FinishBackward();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Wall seconds FinishBackward spent waiting for all-reduces, in total.
+  double wait_seconds() const { return wait_seconds_; }
   int world_size() const { return comm_->world_size(); }
 
  private:
@@ -93,6 +95,7 @@ class DistributedDataParallel {
   bool sync_ = true;
   bool armed_ = false;
   size_t next_launch_ = 0;
+  double wait_seconds_ = 0;
 };
 
 // Bucket assignment alone (for tests and logs): parameter indices per

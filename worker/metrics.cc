@@ -40,6 +40,7 @@ std::string MetricsToJson(const TrainMetrics& m) {
                       ", \"train_seconds\": ", Number(m.train_seconds),
                       ", \"samples_per_s\": ", Number(m.samples_per_s),
                       ", \"cpu_seconds\": ", Number(m.cpu_seconds),
+                      ", \"comm_wait_seconds\": ", Number(m.comm_wait_seconds),
                       ", \"test_accuracy\": ", m.test_accuracy < 0 ? "null" : Number(m.test_accuracy),
                       ", \"final_loss\": ", Number(m.final_loss),
                       ", \"restart_count\": ", m.restart_count,

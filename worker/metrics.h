@@ -24,6 +24,8 @@ struct TrainMetrics {
   // CPU time (user + system) all ranks' processes spent in the training
   // loop: samples / cpu_seconds compares implementations on a busy machine.
   double cpu_seconds = 0;
+  // Wall seconds rank 0 waited for gradient all-reduces after backward.
+  double comm_wait_seconds = 0;
   // On the t10k split, in [0, 1]; negative when not evaluated.
   double test_accuracy = -1;
   // Mean training loss over the last epoch trained, averaged over ranks.

@@ -416,6 +416,7 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   metrics.train_seconds = seconds;
   metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
   metrics.cpu_seconds = cpu_seconds;
+  metrics.comm_wait_seconds = (*ddp)->wait_seconds();
   metrics.final_loss = loss;
   if (deps.test != nullptr) {
     absl::StatusOr<double> accuracy = Evaluate(model, *deps.test, comm);
