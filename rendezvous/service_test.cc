@@ -5,6 +5,7 @@
 // short timeouts; nothing sleeps to synchronise.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <set>
@@ -12,8 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -347,6 +350,110 @@ TEST_F(ServiceTest, KeysAreScopedToTheirRound) {
             absl::StatusCode::kNotFound);
 }
 
+// A reusable meeting point for `parties` threads; each Arrive waits at most
+// `bound` for the others (false when they did not all come in time).
+class Meeting {
+ public:
+  explicit Meeting(int parties) : parties_(parties) {}
+  bool Arrive(absl::Duration bound) {
+    absl::MutexLock lock(&mu_);
+    const int64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      return true;
+    }
+    auto next = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return generation_ != generation;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&next), bound);
+  }
+
+ private:
+  const int parties_;
+  absl::Mutex mu_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The reported hang: two ranks each set their own key and at once read the
+// other's (with or without their own; a MultiGet that may find its own key
+// and wait on the other's). Every round uses fresh keys; each read must
+// answer every value it asked for.
+TEST_F(ServiceTest, ConcurrentSetThenMultiGetOfEachOthersKeysAnswersBoth) {
+  constexpr int kRounds = 50;
+  Meeting meeting(2);
+  std::vector<std::vector<absl::StatusOr<std::vector<std::string>>>> got(2);
+  auto rank = [&](int me) {
+    auto store = Client()->OpenStore("pair", 1);
+    for (int round = 0; round < kRounds; ++round) {
+      if (!meeting.Arrive(absl::Seconds(30))) {
+        got[me].push_back(absl::DeadlineExceededError("the other rank never arrived"));
+        return;
+      }
+      const std::string mine = absl::StrCat("r", round, "/k", me);
+      absl::Status set = store->Set(mine, absl::StrCat("v", round, "-", me));
+      if (!set.ok()) {
+        got[me].push_back(set);
+        continue;
+      }
+      // Even rounds read both keys; odd rounds only the other rank's.
+      std::vector<std::string> keys = {absl::StrCat("r", round, "/k0"),
+                                       absl::StrCat("r", round, "/k1")};
+      if (round % 2 == 1) keys = {keys[1 - me]};
+      got[me].push_back(store->MultiGet(keys, absl::Seconds(5)));
+    }
+  };
+  std::thread rank0(rank, 0);
+  std::thread rank1(rank, 1);
+  rank0.join();
+  rank1.join();
+  for (int me = 0; me < 2; ++me) {
+    ASSERT_EQ(got[me].size(), static_cast<size_t>(kRounds)) << "rank " << me;
+    for (int round = 0; round < kRounds; ++round) {
+      const auto& values = got[me][round];
+      ASSERT_TRUE(values.ok()) << "rank " << me << " round " << round << ": " << values.status();
+      std::vector<std::string> want = {absl::StrCat("v", round, "-0"),
+                                       absl::StrCat("v", round, "-1")};
+      if (round % 2 == 1) want = {want[1 - me]};
+      EXPECT_EQ(*values, want) << "rank " << me << " round " << round;
+    }
+  }
+}
+
+// A MultiGet held for two missing keys is answered once two separate Sets
+// (from two other clients) have set both.
+TEST_F(ServiceTest, MultiGetWaitsForTwoKeysSetByTwoCalls) {
+  auto reader = Client()->OpenStore("run", 1);
+  auto got = std::async(std::launch::async,
+                        [&] { return reader->MultiGet({"a", "b"}, absl::Seconds(20)); });
+  // Both keys still missing: the read is held (or not yet arrived).
+  ASSERT_TRUE(Client()->OpenStore("run", 1)->Set("b", "2").ok());
+  ASSERT_TRUE(Client()->OpenStore("run", 1)->Set("a", "1").ok());
+  auto values = got.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"1", "2"}));
+}
+
+// A MultiGet whose keys are partly present is answered by the server when
+// its wait bound passes (DeadlineExceeded naming the missing key, which the
+// server says and gRPC's own deadline error would not), not left held.
+TEST_F(ServiceTest, MultiGetPartlyPresentAnswersAtTheServerWaitBound) {
+  server_.reset();
+  ServerOptions options;
+  options.tick = absl::Milliseconds(5);
+  options.limits.store_wait_bound = absl::Milliseconds(200);
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  auto store = Client()->OpenStore("run", 1);
+  ASSERT_TRUE(store->Set("present", "1").ok());
+  // The client polls in server-bounded pieces until its own 1 s passes.
+  auto got = store->MultiGet({"present", "missing"}, absl::Seconds(1));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_NE(got.status().message().find("'missing'"), std::string::npos) << got.status();
+}
+
 TEST_F(ServiceTest, RunStatusReportsParticipantsAndProgress) {
   auto a = Client()->Join(Request("run", "a", Conf{}));
   ASSERT_TRUE(a.ok());
@@ -439,6 +546,26 @@ bool AwaitHeld(RendezvousServer* server, int n) {
     absl::SleepFor(absl::Milliseconds(1));  // polling a condition, bounded
   }
   return false;
+}
+
+// The reported interleaving made certain: rank 0 sets its key and its
+// MultiGet of both keys is held on rank 1's; then rank 1 sets its key (which
+// must wake rank 0) and reads both (answered at once).
+TEST_F(ServiceTest, HeldMultiGetOfAPartlyPresentSetWakesOnTheOtherRanksSet) {
+  auto rank0 = Client()->OpenStore("pair", 1);
+  auto rank1 = Client()->OpenStore("pair", 1);
+  ASSERT_TRUE(rank0->Set("k0", "v0").ok());
+  auto got0 = std::async(std::launch::async,
+                         [&] { return rank0->MultiGet({"k0", "k1"}, absl::Seconds(5)); });
+  ASSERT_TRUE(AwaitHeld(server_.get(), 1));
+  ASSERT_TRUE(rank1->Set("k1", "v1").ok());
+  auto got1 = rank1->MultiGet({"k1", "k0"}, absl::Seconds(5));
+  ASSERT_TRUE(got1.ok()) << got1.status();
+  EXPECT_EQ(*got1, (std::vector<std::string>{"v1", "v0"}));
+  auto values0 = got0.get();
+  ASSERT_TRUE(values0.ok()) << values0.status();
+  EXPECT_EQ(*values0, (std::vector<std::string>{"v0", "v1"}));
+  EXPECT_TRUE(AwaitHeld(server_.get(), 0));
 }
 
 TEST_F(ServiceTest, ASecondServerCannotTakeAPortInUse) {

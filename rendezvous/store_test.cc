@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -166,6 +167,41 @@ TEST_P(StoreTest, MultiGetTimesOutNamingAMissingKey) {
   auto got = store->MultiGet({"a", "zz"}, absl::Milliseconds(20));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(got.status().message().find("zz"), std::string::npos);
+}
+
+// Two ranks each set their own key and then wait for both, started
+// together each round (fresh keys): both reads see both values.
+TEST_P(StoreTest, RanksSettingTheirOwnKeyThenMultiGetBothSeeBoth) {
+  constexpr int kRounds = 20;
+  Store* store = store_.get();
+  std::vector<absl::StatusOr<std::vector<std::string>>> got[2];
+  for (int round = 0; round < kRounds; ++round) {
+    const std::vector<std::string> keys = {absl::StrCat("round", round, "/0"),
+                                           absl::StrCat("round", round, "/1")};
+    absl::Notification go;
+    auto rank = [&](int me) {
+      go.WaitForNotificationWithTimeout(absl::Seconds(30));
+      absl::Status set = store->Set(keys[me], absl::StrCat("v", me));
+      if (!set.ok()) {
+        got[me].push_back(set);
+        return;
+      }
+      got[me].push_back(store->MultiGet(keys, absl::Seconds(5)));
+    };
+    std::thread rank0(rank, 0);
+    std::thread rank1(rank, 1);
+    go.Notify();
+    rank0.join();
+    rank1.join();
+  }
+  for (int me = 0; me < 2; ++me) {
+    ASSERT_EQ(got[me].size(), static_cast<size_t>(kRounds));
+    for (int round = 0; round < kRounds; ++round) {
+      ASSERT_TRUE(got[me][round].ok()) << "rank " << me << " round " << round << ": "
+                                       << got[me][round].status();
+      EXPECT_EQ(*got[me][round], (std::vector<std::string>{"v0", "v1"}));
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,
