@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -831,12 +833,14 @@ grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContex
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
     if (!at.ok()) return at.status();
-    int64_t fresh = 0;
+    // New keys, each counted once however often the request names it.
+    absl::flat_hash_set<absl::string_view> fresh;
     for (const v1::KeyValue& kv : request->entries()) {
-      if (!at->scope->data.contains(kv.key())) ++fresh;
+      if (!at->scope->data.contains(kv.key())) fresh.insert(kv.key());
     }
-    if (absl::Status room = RoomForKeys(*at->run, fresh); !room.ok()) return room;
-    at->run->keys += fresh;
+    const int64_t added = static_cast<int64_t>(fresh.size());
+    if (absl::Status room = RoomForKeys(*at->run, added); !room.ok()) return room;
+    at->run->keys += added;
     for (const v1::KeyValue& kv : request->entries()) {
       at->scope->data[kv.key()] = kv.value();
       KeySet(at->scope, kv.key(), finishes);

@@ -568,6 +568,22 @@ TEST_F(ServiceTest, HeldMultiGetOfAPartlyPresentSetWakesOnTheOtherRanksSet) {
   EXPECT_TRUE(AwaitHeld(server_.get(), 0));
 }
 
+// A MultiSet naming one new key twice counts it once against
+// max_keys_per_run (the later value wins).
+TEST_F(ServiceTest, MultiSetOfARepeatedNewKeyCountsItOnce) {
+  server_.reset();
+  ServerOptions options;
+  options.limits.max_keys_per_run = 2;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  auto store = Client()->OpenStore("run", 1);
+  ASSERT_TRUE(store->MultiSet({{"d", "1"}, {"d", "2"}}).ok());
+  EXPECT_EQ(*store->Get("d", absl::ZeroDuration()), "2");
+  EXPECT_TRUE(store->Set("e", "3").ok());
+  EXPECT_EQ(store->Set("f", "4").code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(ServiceTest, ASecondServerCannotTakeAPortInUse) {
   ServerOptions options;
   options.port = server_->port();
