@@ -10,17 +10,27 @@ namespace cpptorchrun::worker {
 
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<int64_t>& sizes_bytes,
                                                int64_t first_cap_bytes, int64_t cap_bytes) {
+  // PyTorch's rule (compute_bucket_assignment_by_size): a parameter joins
+  // the open bucket, and the bucket closes once it has reached its cap. The
+  // cap is thus a closing threshold, not a ceiling: a bucket ends with the
+  // parameter that takes it to or past the cap. Closing *before* a parameter
+  // that would pass the cap instead split the seed's MLP into a 22 KB and a
+  // 1.6 MB bucket, both ready at the end of fc1's backward node: two
+  // latency-bound collectives per step for no overlap at all.
   std::vector<std::vector<size_t>> out;
   int64_t filled = 0;
+  bool open = false;
   for (size_t k = sizes_bytes.size(); k-- > 0;) {
-    // While the first bucket fills, its own (smaller) cap applies.
-    const int64_t cap = out.size() == 1 ? std::min(first_cap_bytes, cap_bytes) : cap_bytes;
-    if (out.empty() || (filled > 0 && filled + sizes_bytes[k] > cap)) {
+    if (!open) {
       out.emplace_back();
       filled = 0;
+      open = true;
     }
     out.back().push_back(k);
     filled += sizes_bytes[k];
+    // The first bucket has its own (smaller) cap.
+    const int64_t cap = out.size() == 1 ? std::min(first_cap_bytes, cap_bytes) : cap_bytes;
+    if (filled >= cap) open = false;
   }
   return out;
 }

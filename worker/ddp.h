@@ -1,7 +1,7 @@
 // DistributedDataParallel, from scratch, over the Communicator interface.
 //
 // Parameters are grouped into buckets (in reverse registration order, as
-// PyTorch's DDP does, each up to bucket_cap_bytes). A hook on every
+// PyTorch's DDP does, each closed once it reaches bucket_cap_bytes). A hook on every
 // parameter copies its gradient into its bucket's flat buffer during the
 // backward pass; as soon as a bucket is full, and all buckets before it have
 // gone, its all-reduce (sum) is launched asynchronously, so communication
@@ -99,10 +99,10 @@ class DistributedDataParallel {
 };
 
 // Bucket assignment alone (for tests and logs): parameter indices per
-// bucket, walking `sizes_bytes` from last to first, starting a new bucket
-// when adding one would pass the cap (`first_cap_bytes` for the first
-// bucket, `cap_bytes` after it); a parameter above the cap gets a bucket of
-// its own.
+// bucket, walking `sizes_bytes` from last to first. As in PyTorch's DDP, a
+// parameter joins the open bucket and the bucket closes once its bytes reach
+// the cap (`first_cap_bytes`, at most `cap_bytes`, for the first bucket;
+// `cap_bytes` after it), so a bucket may pass its cap by its last parameter.
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<int64_t>& sizes_bytes,
                                                int64_t first_cap_bytes, int64_t cap_bytes);
 

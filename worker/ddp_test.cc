@@ -14,20 +14,30 @@ namespace cpptorchrun::worker {
 namespace {
 
 TEST(AssignBuckets, ReverseOrderWithFirstAndLaterCaps) {
-  // The seed's MLP: fc1.weight, fc1.bias, fc2.weight, fc2.bias.
+  // The seed's MLP: fc1.weight, fc1.bias, fc2.weight, fc2.bias. As in
+  // PyTorch, a bucket closes once it reaches its cap: walking backwards,
+  // fc1.weight takes the first bucket past 1 MB, so all four share it.
   std::vector<int64_t> sizes = {784 * 512 * 4, 512 * 4, 512 * 10 * 4, 10 * 4};
   auto buckets = AssignBuckets(sizes, int64_t{1} << 20, int64_t{25} << 20);
-  ASSERT_EQ(buckets.size(), 2u);
-  EXPECT_EQ(buckets[0], (std::vector<size_t>{3, 2, 1}));
-  EXPECT_EQ(buckets[1], (std::vector<size_t>{0}));
-  auto one = AssignBuckets(sizes, int64_t{25} << 20, int64_t{25} << 20);
-  ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0], (std::vector<size_t>{3, 2, 1, 0}));
+  ASSERT_EQ(buckets.size(), 1u);
+  EXPECT_EQ(buckets[0], (std::vector<size_t>{3, 2, 1, 0}));
+  // A first cap that fc2 alone reaches: fc2 in the first bucket, fc1 after.
+  auto split = AssignBuckets(sizes, 20000, int64_t{25} << 20);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0], (std::vector<size_t>{3, 2}));
+  EXPECT_EQ(split[1], (std::vector<size_t>{1, 0}));
+  // The cap is a closing threshold, not a ceiling: 8 + 8 < 20 stays open,
+  // 24 >= 20 closes.
+  auto past = AssignBuckets({8, 8, 8, 8}, 20, 20);
+  ASSERT_EQ(past.size(), 2u);
+  EXPECT_EQ(past[0], (std::vector<size_t>{3, 2, 1}));
+  EXPECT_EQ(past[1], (std::vector<size_t>{0}));
   // First bucket 8 bytes, later ones 16.
   auto small = AssignBuckets({8, 8, 8, 8}, 8, 16);
   ASSERT_EQ(small.size(), 3u);
   EXPECT_EQ(small[0], (std::vector<size_t>{3}));
   EXPECT_EQ(small[1], (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(small[2], (std::vector<size_t>{0}));
   // The first cap never exceeds the general one.
   EXPECT_EQ(AssignBuckets({8, 8, 8, 8}, 64, 8).size(), 4u);
 }
@@ -49,12 +59,13 @@ TEST(Ddp, FirstBucketAllReduceStartsBeforeBackwardEnds) {
     if (event.rfind("allreduce", 0) == 0) fc1_weight_grad_at_call.push_back(params[0].grad().defined());
   });
   DdpOptions options;
-  // Bucket 0: fc2's weight and bias (20,520 bytes); then fc1.bias; fc1.weight.
-  options.first_bucket_cap_bytes = 21000;
-  options.bucket_cap_bytes = 21000;
+  // Bucket 0: fc2's bias and weight (20,520 bytes reach the 20,000-byte
+  // cap); bucket 1: fc1.bias and fc1.weight.
+  options.first_bucket_cap_bytes = 20000;
+  options.bucket_cap_bytes = 20000;
   auto ddp = DistributedDataParallel::Create(params, {}, &comm, options);
   ASSERT_TRUE(ddp.ok()) << ddp.status();
-  ASSERT_EQ((*ddp)->buckets().size(), 3u);
+  ASSERT_EQ((*ddp)->buckets().size(), 2u);
 
   torch::Tensor x = torch::randn({8, 784});
   torch::Tensor hidden = net.fc1(x);
@@ -67,9 +78,10 @@ TEST(Ddp, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   log.push_back("backward returned");
   ASSERT_TRUE((*ddp)->FinishBackward().ok());
 
-  ASSERT_GE(log.size(), 5u);
+  ASSERT_EQ(log.size(), 4u);
   EXPECT_EQ(log[0], "allreduce 5130");  // fc2: 512*10 + 10
   EXPECT_EQ(log[1], "hidden grad");
+  EXPECT_EQ(log[2], "allreduce 401920");  // fc1: 784*512 + 512
   EXPECT_EQ(log.back(), "backward returned");
   ASSERT_FALSE(fc1_weight_grad_at_call.empty());
   EXPECT_FALSE(fc1_weight_grad_at_call[0]) << "fc1.weight already had its gradient";
@@ -91,7 +103,7 @@ TEST(Ddp, AccumulatingStepsDoNotCommunicate) {
   (*ddp)->PrepareBackward(true);
   net.fc2(torch::relu(net.fc1(x))).sum().backward();
   ASSERT_TRUE((*ddp)->FinishBackward().ok());
-  EXPECT_EQ(calls, 2);  // two buckets with the default caps
+  EXPECT_EQ(calls, 1);  // one bucket with the default caps
   // Twice the same input: the reduced gradient is the accumulated sum.
   EXPECT_TRUE(torch::allclose(net.fc2->bias.grad(), 2 * first));
 }
