@@ -278,19 +278,25 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
   struct Shared {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
+    // Set when this call returns without the helper: the launcher (and the
+    // process launcher it would wake) may be gone by the time fn returns.
+    bool abandoned ABSL_GUARDED_BY(mu) = false;
   };
   auto shared = std::make_shared<Shared>();
   ProcessLauncher* processes = o_.processes;
-  // The helper may outlive this call when a signal comes first: it then
-  // owns what it touches (the process exits soon after).
+  // The helper may outlive this call when a signal or a round end comes
+  // first; it then wakes nobody (the process exits, or moves on, soon after).
   std::thread helper([shared, fn, processes] {
     fn();
-    {
-      absl::MutexLock lock(&shared->mu);
-      shared->done = true;
-    }
-    processes->Wakeup();
+    absl::MutexLock lock(&shared->mu);
+    shared->done = true;
+    if (!shared->abandoned) processes->Wakeup();
   });
+  auto abandon = [&shared, &helper] {
+    absl::MutexLock lock(&shared->mu);
+    shared->abandoned = true;
+    helper.detach();
+  };
   auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
   {
     // Most calls answer at once: wait for that without touching the
@@ -304,13 +310,13 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
       if (shared->done) break;
     }
     if (stop_on_round_end && o_.round_monitor != nullptr && o_.round_monitor->Poll().ended) {
-      helper.detach();
+      abandon();
       return WaitEnd::kRoundEnded;
     }
     for (const ProcessEvent& e : o_.processes->Wait(o_.clock->Now() + o_.monitor_interval)) {
       if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) {
         *signo = e.signo;
-        helper.detach();
+        abandon();
         return WaitEnd::kSignal;
       }
     }
