@@ -310,7 +310,7 @@ def gnuplot(png, title, xlabel, ylabel, series, logx=False, logy=False):
     if not shutil.which("gnuplot") or not any(pts for _, pts in series):
         return None
     tmp = tempfile.mkdtemp()
-    cmds = ["set terminal pngcairo size 800,500", "set output '%s'" % png,
+    cmds = ["set terminal pngcairo size 800,500 noenhanced", "set output '%s'" % png,
             "set title '%s'" % title, "set xlabel '%s'" % xlabel, "set ylabel '%s'" % ylabel,
             "set grid", "set key top left"]
     if logx:
@@ -361,12 +361,14 @@ class Ctx:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--bin", required=True, help="bazel-bin of the --config=bench build")
+    ap.add_argument("--bin", default="", help="bazel-bin of the --config=bench build")
     ap.add_argument("--quick", action="store_true", help="fewer repeats and sizes (< 5 minutes)")
     ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench"))
     ap.add_argument("--compare", default="", help="an earlier results.json to compare against")
     ap.add_argument("--compare_only", action="store_true", help="compare --compare with --out's results.json")
+    ap.add_argument("--report_only", action="store_true",
+                    help="redraw REPORT.md and the plots from --out's results.json, measuring nothing")
     args = ap.parse_args()
     if args.compare_only:
         with open(os.path.join(args.out, "results.json")) as f:
@@ -375,6 +377,16 @@ def main():
     ctx = Ctx()
     ctx.bin, ctx.quick, ctx.out, ctx.ratios = args.bin, args.quick, args.out, {}
     res = Results()
+    if args.report_only:
+        with open(os.path.join(args.out, "results.json")) as f:
+            old = json.load(f)
+        for name, fig in old["figures"].items():
+            for v in fig["samples"]:
+                res.add(name, v, fig["unit"], fig.get("better", "lower"))
+        res.notes = old.get("notes", {})
+        ctx.quick = old.get("quick", False)
+        write_report(ctx, res, old["machine"], make_plots(ctx, res))
+        return 0
     only = [s for s in args.only.split(",") if s] or list(SECTIONS)
     t0 = time.monotonic()
     for name in only:
