@@ -98,7 +98,7 @@ def section_launch(ctx, res):
         res.note("launch", "torchrun not measured: %s has no torch" % PY)
     for n in (1, 2, 4, 8):
         # torchrun takes seconds a launch: --quick repeats the small sizes less.
-        repeat = (5 if n == 8 else 3) if ctx.quick else 15
+        repeat = (3 if n == 8 else 2) if ctx.quick else 15
         def ours(n=n):
             wall, rss, rc = run_measured([launcher, "--standalone", "--nproc_per_node=%d" % n,
                                           "--no_python", "/bin/true"])

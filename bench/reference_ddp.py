@@ -51,6 +51,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--metrics_json", default="")
+    parser.add_argument("--limit", type=int, default=0, help="train on the first N samples (0: all)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -61,6 +62,8 @@ def main():
     model = DDP(model)
 
     dataset = load(args.data_dir, "train")
+    if args.limit:
+        dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     loader = DataLoader(dataset, batch_size=64, sampler=sampler)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)

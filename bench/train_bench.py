@@ -38,28 +38,29 @@ def _run_json(argv, timeout):
             return json.load(f)
 
 
-def ours(bin_dir, world, epochs, timeout):
+def ours(bin_dir, world, epochs, timeout, limit=0):
     launcher = os.path.join(bin_dir, "launcher", "cpptorchrun")
     train = os.path.join(bin_dir, "worker", "train")
     return _run_json([launcher, "--standalone", "--nproc_per_node=%d" % world, train,
-                      "--epochs", str(epochs), "--backend", "gloo", "--progress", "none",
-                      "--metrics_json", "{metrics}"], timeout)
+                      "--epochs", str(epochs), "--limit", str(limit), "--backend", "gloo",
+                      "--progress", "none", "--metrics_json", "{metrics}"], timeout)
 
 
-def reference(world, epochs, timeout):
+def reference(world, epochs, timeout, limit=0):
     return _run_json([PY, os.path.join(ROOT, "bench", "torchrun_ref.py"), "--standalone",
                       "--nproc_per_node=%d" % world, os.path.join(ROOT, "bench", "reference_ddp.py"),
-                      "--epochs", str(epochs), "--metrics_json", "{metrics}"], timeout)
+                      "--epochs", str(epochs), "--limit", str(limit), "--metrics_json", "{metrics}"],
+                     timeout)
 
 
-def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print):
+def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print, limit=0):
     """Returns {(who, world): [metrics, ...]}, runs interleaved."""
     out = {}
     for _ in range(repeat):
         for world in (1, 2):
-            runs = [("cpptorchrun", lambda w=world: ours(bin_dir, w, epochs, timeout))]
+            runs = [("cpptorchrun", lambda w=world: ours(bin_dir, w, epochs, timeout, limit))]
             if with_reference:
-                runs.append(("python", lambda w=world: reference(w, epochs, timeout)))
+                runs.append(("python", lambda w=world: reference(w, epochs, timeout, limit)))
             for who, fn in runs:
                 # torchrun's own store is flaky on a loaded machine: one retry
                 # per run, on both sides alike; a second failure is reported.
@@ -104,7 +105,11 @@ def section_training(ctx, res):
     """For bench/bench.py: figures under training/<who>/world=<n>/."""
     torch_ok = os.path.exists(PY) and subprocess.run(
         [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
-    out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok)
+    # --quick: the first 20,000 samples (a third of the epoch), to stay in 5 minutes.
+    limit = 20000 if ctx.quick else 0
+    out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok, limit=limit)
+    if limit:
+        res.note("training", "--quick: one epoch over the first %d samples" % limit)
     for (who, world), runs in out.items():
         for m in runs:
             res.add("training/%s/world=%d/samples_per_s" % (who, world), m["samples_per_s"],
