@@ -187,9 +187,10 @@ def section_recovery(ctx, res):
     threading.Thread(target=reader, daemon=True).start()
     try:
         for k in range(kills):
-            seen = len(os.listdir(ckpt)) if os.path.isdir(ckpt) else 0
-            harness.wait_for(lambda: os.path.isdir(ckpt) and len(os.listdir(ckpt)) > seen or p.poll() is not None,
-                             300, "a checkpoint")
+            # A new completed checkpoint (the oldest are pruned: compare names).
+            seen = (jobs.checkpoints(ckpt) or [None])[-1]
+            harness.wait_for(lambda: (jobs.checkpoints(ckpt) or [None])[-1] != seen or p.poll() is not None,
+                             300, "a new checkpoint")
             victims = harness.wait_for(lambda: _children(p.pid) or p.poll() is not None, 60, "workers")
             if p.poll() is not None:
                 raise RuntimeError("training ended after %d kills; lengthen it" % k)

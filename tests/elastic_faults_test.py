@@ -30,15 +30,11 @@ class FaultsTest(unittest.TestCase):
         self.run_id = "faults-%06x" % random.getrandbits(24)
         self.ckpt = os.path.join(self.work, "ckpt")
 
-    def wait_checkpoint(self):
-        harness.wait_for(lambda: os.path.isdir(self.ckpt) and os.listdir(self.ckpt), 300,
-                         "the first checkpoint")
-
     def test_hung_worker_is_restarted(self):
         node = jobs.Node(self.cluster.hosts[1], self.work, "node", self.server.endpoint, "1:1",
                          run_id=self.run_id, train_args=TRAIN,
                          launcher_args=["--worker_timeout", "2"] + jobs.fast_rdzv_conf())
-        self.wait_checkpoint()
+        jobs.wait_checkpoint(self.ckpt)
         victim = harness.wait_for(node.worker_pids, 30, "the workers")[1]
         os.kill(victim, signal.SIGSTOP)
         self.assertEqual(node.wait(600), 0, node.text()[-4000:])
@@ -61,7 +57,7 @@ class FaultsTest(unittest.TestCase):
                       run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
         b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "2:2",
                       run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
-        self.wait_checkpoint()
+        jobs.wait_checkpoint(self.ckpt)
         port = self.server.port
         self.server.kill()
         self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work, port=port)

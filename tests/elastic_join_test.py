@@ -32,7 +32,7 @@ class JoinTest(unittest.TestCase):
         harness.wait_for(lambda: all(" of 4, master" in n.text() for n in nodes), 120,
                          "the 2-node round")
         ckpt = os.path.join(work, "ckpt")
-        harness.wait_for(lambda: os.path.isdir(ckpt) and os.listdir(ckpt), 300, "the first checkpoint")
+        jobs.wait_checkpoint(ckpt)
         nodes.append(jobs.Node(cluster.hosts[3], work, "node3", server.endpoint, "2:3",
                                run_id=run_id, max_restarts=0, launcher_args=conf, train_args=TRAIN))
         for n in nodes:

@@ -40,7 +40,7 @@ class MembershipTest(unittest.TestCase):
         harness.wait_for(lambda: " of 4, master" in self.a.text() and " of 4, master" in self.b.text(),
                          120, "a 2-node round")
         ckpt = os.path.join(self.work, "ckpt")
-        harness.wait_for(lambda: os.path.isdir(ckpt) and os.listdir(ckpt), 300, "the first checkpoint")
+        jobs.wait_checkpoint(ckpt)
 
     def finishes_alone(self, lost_at):
         """A leaves round 1 (through the rendezvous, or because its workers

@@ -74,8 +74,7 @@ class ElasticTrainTest(unittest.TestCase):
     def test_worker_kill_restarts_both_nodes_from_checkpoint(self):
         work, run_id, a, b = self.two_nodes("kill")
         ckpt = os.path.join(work, "ckpt")
-        harness.wait_for(lambda: os.path.isdir(ckpt) and os.listdir(ckpt), 300,
-                         "the first checkpoint")
+        jobs.wait_checkpoint(ckpt)
         victims = harness.wait_for(b.worker_pids, 30, "node B's workers")
         os.kill(victims[0], signal.SIGKILL)
         self.assertEqual(a.wait(600), 0, a.text()[-4000:])

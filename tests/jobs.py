@@ -81,6 +81,21 @@ class Node:
             return []
 
 
+def checkpoints(ckpt_dir):
+    """Completed checkpoint files in ckpt_dir (not the temporary files that
+    the worker renames into place)."""
+    try:
+        return sorted(f for f in os.listdir(ckpt_dir) if f.endswith(".bin"))
+    except FileNotFoundError:
+        return []
+
+
+def wait_checkpoint(ckpt_dir, timeout=300):
+    """Waits until a completed checkpoint exists."""
+    return harness.wait_for(lambda: checkpoints(ckpt_dir), timeout,
+                            "a completed checkpoint in " + ckpt_dir)
+
+
 def read_metrics(path):
     with open(path) as f:
         return json.load(f)

@@ -61,7 +61,9 @@ TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
     step.global_step = 41;
     step.loss = 0.25;
     reporter.OnStep(step);
-    ASSERT_TRUE(agent.WaitBeats(3));
+    // The third ack asks to stop; the reporter records an ack before it
+    // sends the next beat, so after a fourth beat the request is recorded.
+    ASSERT_TRUE(agent.WaitBeats(4));
     EXPECT_TRUE(reporter.stop_requested());
     reporter.OnFinished(TrainMetrics());
   }
