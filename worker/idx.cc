@@ -1,66 +1,24 @@
-// IDX reader: decompression through zlib (which passes raw files through),
-// then a strict parse of the big-endian header.
+// IDX reader: the bytes through data_file.h (gzip or raw, cached), then a
+// strict parse of the big-endian header.
 #include "worker/idx.h"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/data_file.h"
 
 namespace cpptorchrun::worker {
 namespace {
 
 constexpr uint32_t kImagesMagic = 0x00000803;
 constexpr uint32_t kLabelsMagic = 0x00000801;
-// Far above any MNIST-style set; bounds what a corrupt header can ask for.
-constexpr int64_t kMaxBytes = int64_t{1} << 32;
-
 uint32_t BigEndian32(const std::string& bytes, size_t offset) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data()) + offset;
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::string out;
-  char buffer[1 << 16];
-  while (true) {
-    int n = gzread(file, buffer, sizeof(buffer));
-    if (n < 0) {
-      int code = 0;
-      std::string message = gzerror(file, &code);
-      gzclose(file);
-      return absl::DataLossError(
-          absl::StrCat(path, ": corrupt compressed data: ", message));
-    }
-    if (n == 0) break;
-    out.append(buffer, n);
-    if (static_cast<int64_t>(out.size()) > kMaxBytes) {
-      gzclose(file);
-      return absl::InvalidArgumentError(absl::StrCat(path, ": larger than 4 GiB"));
-    }
-  }
-  // A gzip stream cut short reads as EOF; gzclose reports it (Z_BUF_ERROR).
-  int code = 0;
-  const char* message = gzerror(file, &code);
-  std::string error = (code != Z_OK && message != nullptr) ? message : "";
-  int close_code = gzclose(file);
-  if (code != Z_OK || close_code == Z_BUF_ERROR) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": truncated or corrupt compressed data", error.empty() ? "" : ": ", error));
-  }
-  return out;
 }
 
 std::string Hex(uint32_t v) {
@@ -145,19 +103,21 @@ absl::StatusOr<IdxLabels> ParseIdxLabels(const std::string& bytes, const std::st
   return labels;
 }
 
-absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path, const std::string& cache_dir) {
+  absl::StatusOr<std::string> bytes = ReadDataFile(path, cache_dir);
   if (!bytes.ok()) return bytes.status();
   return ParseIdxImages(*bytes, path);
 }
 
-absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path, int num_classes) {
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path, int num_classes,
+                                        const std::string& cache_dir) {
+  absl::StatusOr<std::string> bytes = ReadDataFile(path, cache_dir);
   if (!bytes.ok()) return bytes.status();
   return ParseIdxLabels(*bytes, path, num_classes);
 }
 
-absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, Split split, int64_t limit) {
+absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, Split split, int64_t limit,
+                                       const std::string& cache_dir) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   auto pick = [&](const std::string& stem) {
     std::string base = absl::StrCat(dir, "/", prefix, "-", stem);
@@ -166,9 +126,9 @@ absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, Split split, int6
   const std::string images_path = pick("images-idx3-ubyte");
   const std::string labels_path = pick("labels-idx1-ubyte");
   Dataset data;
-  absl::StatusOr<IdxImages> images = ReadIdxImages(images_path);
+  absl::StatusOr<IdxImages> images = ReadIdxImages(images_path, cache_dir);
   if (!images.ok()) return images.status();
-  absl::StatusOr<IdxLabels> labels = ReadIdxLabels(labels_path);
+  absl::StatusOr<IdxLabels> labels = ReadIdxLabels(labels_path, 10, cache_dir);
   if (!labels.ok()) return labels.status();
   if (images->count != static_cast<int64_t>(labels->labels.size())) {
     return absl::InvalidArgumentError(absl::StrCat(images_path, " holds ", images->count,

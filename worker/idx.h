@@ -35,13 +35,15 @@ struct Dataset {
 };
 
 // Reads an idx3-ubyte image file (magic 0x00000803). The file may be gzip
-// compressed or raw: zlib reads both. Errors (InvalidArgument / NotFound /
-// DataLoss) name `path` and the field that is wrong.
-absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path);
+// compressed or raw (data_file.h; `cache_dir` as there, "" for none).
+// Errors (InvalidArgument / NotFound / DataLoss) name `path` and the field
+// that is wrong.
+absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path, const std::string& cache_dir = "");
 
 // Reads an idx1-ubyte label file (magic 0x00000801). Each label must be
 // below `num_classes`.
-absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path, int num_classes = 10);
+absl::StatusOr<IdxLabels> ReadIdxLabels(const std::string& path, int num_classes = 10,
+                                        const std::string& cache_dir = "");
 
 // Which split of an MNIST-style folder.
 enum class Split { kTrain, kTest };
@@ -49,7 +51,9 @@ enum class Split { kTrain, kTest };
 // Loads "<dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]" (the
 // compressed name is preferred when both exist) and checks that images and
 // labels agree in count. `limit` > 0 keeps only the first `limit` samples.
-absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, Split split, int64_t limit = 0);
+// `cache_dir`: the cache of inflated copies (data_file.h), "" for none.
+absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, Split split, int64_t limit = 0,
+                                       const std::string& cache_dir = "");
 
 // Parses an in-memory IDX byte string (already decompressed); `name` is used
 // in error messages. Exposed for tests.

@@ -21,6 +21,7 @@
 #include "rendezvous/store.h"
 #include "worker/backend.h"
 #include "worker/comm.h"
+#include "worker/data_file.h"
 #include "worker/env.h"
 #include "worker/error_file.h"
 #include "worker/heartbeat.h"
@@ -28,6 +29,7 @@
 #include "worker/metrics.h"
 #include "worker/nccl_comm.h"
 #include "worker/progress.h"
+#include "worker/startup.h"
 #include "worker/trainer.h"
 
 namespace cpptorchrun::worker {
@@ -39,6 +41,7 @@ struct Flags {
   TrainConfig train;
   std::string backend = "auto";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string data_cache;
   int64_t limit = 0;
   double bucket_cap_mb = 25;
   double heartbeat_interval = 1.0;
@@ -100,6 +103,11 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
 }
 
 int Run(const Flags& flags, Reporting& reporting) {
+  StartupPhases startup;
+  const double main_at = MonotonicSeconds();
+  if (std::optional<double> since = SecondsSinceProcessStart(); since.has_value()) {
+    startup.before_main = *since;
+  }
   absl::StatusOr<WorkerEnv> env = ParseWorkerEnv([](const char* name) { return std::getenv(name); });
   if (!env.ok()) return Fail(reporting, "InvalidEnvironment", std::string(env.status().message()), "");
   reporting.error_file = env->error_file;
@@ -134,11 +142,14 @@ int Run(const Flags& flags, Reporting& reporting) {
     reporting.heartbeat = &*heartbeat;
   }
 
-  absl::StatusOr<Dataset> train = LoadMnistSplit(flags.data_dir, Split::kTrain, flags.limit);
+  const double data_at = MonotonicSeconds();
+  absl::StatusOr<Dataset> train = LoadMnistSplit(flags.data_dir, Split::kTrain, flags.limit, flags.data_cache);
   if (!train.ok()) return Fail(reporting, "DataError", std::string(train.status().message()), flags.data_dir);
-  absl::StatusOr<Dataset> test = LoadMnistSplit(flags.data_dir, Split::kTest);
+  absl::StatusOr<Dataset> test = LoadMnistSplit(flags.data_dir, Split::kTest, 0, flags.data_cache);
   if (!test.ok()) return Fail(reporting, "DataError", std::string(test.status().message()), flags.data_dir);
 
+  const double comm_at = MonotonicSeconds();
+  startup.data = comm_at - data_at;
   std::unique_ptr<rdzv::RendezvousClient> client;
   absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &client);
   if (!store.ok()) return Fail(reporting, "RendezvousError", std::string(store.status().message()), "");
@@ -157,6 +168,8 @@ int Run(const Flags& flags, Reporting& reporting) {
                 absl::StrCat("backend ", BackendName(*kind)));
   }
 
+  startup.communicator = MonotonicSeconds() - comm_at;
+  if (startup.before_main >= 0) startup.total = startup.before_main + MonotonicSeconds() - main_at;
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   const bool show = env->rank == 0 && flags.progress != "none";
   ConsoleProgress progress(stdout, flags.progress == "bar" || (flags.progress == "auto" && terminal));
@@ -167,9 +180,10 @@ int Run(const Flags& flags, Reporting& reporting) {
   if (show) deps.observers.push_back(&progress);
   if (heartbeat.has_value()) deps.observers.push_back(&*heartbeat);
   if (env->rank == 0) {
-    std::printf("train: world %d, backend %s, %lld samples, batch %lld per rank, %lld epochs\n",
+    std::printf("train: world %d, backend %s, %lld samples, batch %lld per rank, %lld epochs; %s\n",
                 env->world_size, (*comm)->backend().c_str(), static_cast<long long>(train->size()),
-                static_cast<long long>(config.batch_size), static_cast<long long>(config.epochs));
+                static_cast<long long>(config.batch_size), static_cast<long long>(config.epochs),
+                FormatStartup(startup).c_str());
     std::fflush(stdout);
   }
   absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
@@ -204,6 +218,11 @@ int main(int argc, char** argv) {
   app.add_option("--lr", flags.train.lr, "Adam's learning rate")->check(CLI::PositiveNumber);
   app.add_option("--seed", flags.train.seed, "seed of the initial weights and of the shuffles");
   app.add_option("--data_dir", flags.data_dir, "folder with the MNIST-format IDX files (gzip or raw)");
+  flags.data_cache = cpptorchrun::worker::DefaultDataCacheDir([](const char* n) { return std::getenv(n); });
+  app.add_option("--data_cache", flags.data_cache,
+                 "folder for inflated copies of gzip data files, so a restart reads them at once "
+                 "(default $CPPTORCHRUN_CACHE_DIR, $XDG_CACHE_HOME/cpptorchrun or ~/.cache/cpptorchrun; "
+                 "\"\": none)");
   app.add_option("--limit", flags.limit, "train on the first N samples only (0: all)")->check(CLI::NonNegativeNumber);
   app.add_flag("--drop_last", flags.train.drop_last, "drop the tail instead of padding the last shard");
   app.add_option("--grad_accum_steps", flags.train.grad_accum_steps,
