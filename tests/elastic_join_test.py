@@ -2,9 +2,10 @@
 running nodes re-rendezvous to admit it without spending --max_restarts,
 and training continues at the larger world size from the checkpoint.
 
-That the re-sharded epoch skips and repeats no sample is asserted where the
-sampler's positions can be seen, in worker/trainer_test (world size changed
-across a restart); here the job-level facts are checked.
+Every worker logs its batches' sample indices (train --sample_log): the
+one epoch, trained partly at world 4 and finished at world 6 from the
+checkpoint, visits every sample, and repeats none beyond the sampler's
+padding (fewer than the world size per re-shard).
 """
 import os
 import random
@@ -14,7 +15,8 @@ import unittest
 import harness
 import jobs
 
-TRAIN = ["--epochs", "1", "--limit", "24576", "--checkpoint_every", "8",
+SAMPLES = 24576
+TRAIN = ["--epochs", "1", "--limit", str(SAMPLES), "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]
 
 
@@ -26,15 +28,17 @@ class JoinTest(unittest.TestCase):
         server = jobs.RdzvServer(cluster.hosts[0], work)
         run_id = "join-%06x" % random.getrandbits(24)
         conf = jobs.fast_rdzv_conf(keep_alive=0.5, attempts=3, last_call=1.0)
+        samples = os.path.join(work, "samples")
+        train = TRAIN + ["--sample_log", samples]
         nodes = [jobs.Node(cluster.hosts[i], work, "node%d" % i, server.endpoint, "2:3",
-                           run_id=run_id, max_restarts=0, launcher_args=conf, train_args=TRAIN)
+                           run_id=run_id, max_restarts=0, launcher_args=conf, train_args=train)
                  for i in (1, 2)]
         harness.wait_for(lambda: all(" of 4, master" in n.text() for n in nodes), 120,
                          "the 2-node round")
         ckpt = os.path.join(work, "ckpt")
         jobs.wait_checkpoint(ckpt)
         nodes.append(jobs.Node(cluster.hosts[3], work, "node3", server.endpoint, "2:3",
-                               run_id=run_id, max_restarts=0, launcher_args=conf, train_args=TRAIN))
+                               run_id=run_id, max_restarts=0, launcher_args=conf, train_args=train))
         for n in nodes:
             self.assertEqual(n.wait(900), 0, n.text()[-4000:])
         for n in nodes[:2]:
@@ -48,6 +52,19 @@ class JoinTest(unittest.TestCase):
         self.assertEqual(m["world_size"], 6, "training finished at the larger world size")
         self.assertGreater(m["resumed_from_step"], 0, "the 3-node round resumed from the checkpoint")
         self.assertGreater(m["test_accuracy"], 0.70)
+
+        counts, kept = jobs.epoch_coverage(samples, epoch=0)
+        worlds = [world for _r, world, _s, batches in kept if batches > 0]
+        self.assertEqual((worlds[0], worlds[-1]), (4, 6), "kept work at world 4, then 6: %s" % kept)
+        self.assertEqual(kept[-1][2], m["resumed_from_step"], kept)
+        missing = [i for i in range(SAMPLES) if counts[i] == 0]
+        self.assertEqual(missing, [], "samples never trained on in the epoch (of %d): %s" %
+                         (len(missing), missing[:20]))
+        self.assertEqual(sorted(counts), list(range(SAMPLES)), "indices outside the data set")
+        repeats = sum(c - 1 for c in counts.values())
+        padding = sum(world - 1 for _r, world, _s, _b in kept)
+        self.assertLessEqual(repeats, padding, "samples trained twice beyond the sampler's padding: "
+                             "%s" % sorted(i for i, c in counts.items() if c > 1)[:20])
         self.assertEqual(jobs.job_leftovers(run_id), [])
 
 

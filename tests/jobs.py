@@ -131,3 +131,54 @@ def first_event(node, pattern, after=0.0):
 def fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=60):
     return ["--rdzv_conf", "keep_alive_interval=%g,keep_alive_max_attempt=%d,last_call_timeout=%g,"
             "join_timeout=%g" % (keep_alive, attempts, last_call, join_timeout)]
+
+
+def read_sample_logs(folder):
+    """train --sample_log's files: {round: {"world": W, "resumed": set of
+    steps, "lines": [(global step, epoch, [indices])]}} (worker/sample_log.h)."""
+    rounds = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.startswith("samples."):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            header = f.readline().split()
+            if header[:2] != ["#", "round"] or len(header) != 7:
+                raise AssertionError("%s: bad header %r" % (name, header))
+            entry = rounds.setdefault(int(header[2]), {"world": int(header[6]), "resumed": set(),
+                                                       "lines": []})
+            for line in f:
+                if line.startswith("# resumed "):
+                    entry["resumed"].add(int(line.split()[2]))
+                    continue
+                fields = [int(x) for x in line.split()]
+                entry["lines"].append((fields[0], fields[1], fields[2:]))
+    return rounds
+
+
+def epoch_coverage(folder, epoch):
+    """What the job as a whole trained on in `epoch`, counting only the work
+    that was kept: a round's batches up to the step the next round resumed
+    from (later ones were lost with the round and redone). Returns
+    (collections.Counter of sample index -> times trained, [(round, world,
+    resumed step, batches kept)] of the rounds that trained)."""
+    import collections
+    rounds = read_sample_logs(folder)
+    trained = sorted(r for r, e in rounds.items() if e["lines"])
+    counts = collections.Counter()
+    kept = []
+    for i, r in enumerate(trained):
+        e = rounds[r]
+        if len(e["resumed"]) > 1:
+            raise AssertionError("round %d: ranks resumed from different steps %s" % (r, e["resumed"]))
+        start = min(e["resumed"]) if e["resumed"] else 0
+        end = min(rounds[trained[i + 1]]["resumed"] or {0}) if i + 1 < len(trained) else float("inf")
+        batches = 0
+        for step, ep, indices in e["lines"]:
+            if step <= start:
+                raise AssertionError("round %d logged step %d, at or before its resume point %d"
+                                     % (r, step, start))
+            if step <= end and ep == epoch:
+                counts.update(indices)
+                batches += 1
+        kept.append((r, e["world"], start, batches))
+    return counts, kept

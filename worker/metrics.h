@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/types/span.h"
+
 #include "absl/status/status.h"
 
 namespace cpptorchrun::worker {
@@ -55,6 +57,8 @@ struct StepReport {
   // The whole job's throughput since this run started.
   double samples_per_s = 0;
   double elapsed_seconds = 0;
+  // The data set indices of this rank's batch (valid during OnStep only).
+  absl::Span<const int64_t> samples;
 };
 
 // What the trainer tells about its progress. Called on the training thread;

@@ -29,6 +29,7 @@
 #include "worker/metrics.h"
 #include "worker/nccl_comm.h"
 #include "worker/progress.h"
+#include "worker/sample_log.h"
 #include "worker/startup.h"
 #include "worker/trainer.h"
 
@@ -47,6 +48,7 @@ struct Flags {
   double heartbeat_interval = 1.0;
   double comm_timeout = 300;
   std::string metrics_json;
+  std::string sample_log;
   int threads = 1;
   std::string progress = "auto";
 };
@@ -179,6 +181,14 @@ int Run(const Flags& flags, Reporting& reporting) {
   deps.test = &*test;
   if (show) deps.observers.push_back(&progress);
   if (heartbeat.has_value()) deps.observers.push_back(&*heartbeat);
+  std::unique_ptr<SampleLog> sample_log;
+  if (!flags.sample_log.empty()) {
+    absl::StatusOr<std::unique_ptr<SampleLog>> opened =
+        SampleLog::Open(flags.sample_log, env->rdzv_round, env->rank, env->world_size);
+    if (!opened.ok()) return Fail(reporting, "InvalidArgument", std::string(opened.status().message()), "flags");
+    sample_log = *std::move(opened);
+    deps.observers.push_back(sample_log.get());
+  }
   if (env->rank == 0) {
     std::printf("train: world %d, backend %s, %lld samples, batch %lld per rank, %lld epochs; %s\n",
                 env->world_size, (*comm)->backend().c_str(), static_cast<long long>(train->size()),
@@ -240,6 +250,9 @@ int main(int argc, char** argv) {
   app.add_option("--comm_timeout", flags.comm_timeout, "seconds a bootstrap or collective may take")
       ->check(CLI::PositiveNumber);
   app.add_option("--metrics_json", flags.metrics_json, "write the final figures as JSON here (rank 0)");
+  app.add_option("--sample_log", flags.sample_log,
+                 "write every batch's sample indices under this folder, a file per round and rank "
+                 "(worker/sample_log.h)");
   app.add_option("--threads", flags.threads, "LibTorch intra-op threads per worker")->check(CLI::PositiveNumber);
   app.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar, lines, none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));

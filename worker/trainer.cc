@@ -388,6 +388,7 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
       report.total_steps = total_steps;
       report.loss = loss_value;
       report.elapsed_seconds = now() - start;
+      report.samples = absl::MakeConstSpan(order.data() + b * batch, len);
       report.samples_per_s = report.elapsed_seconds > 0
                                  ? local_samples * world / report.elapsed_seconds
                                  : 0;
