@@ -143,98 +143,11 @@ def section_rendezvous(ctx, res):
                            "(libuv backend, PyTorch's own figure), not reproducible at that scale here")
 
 
-import train_bench  # noqa: E402  (bench/, beside this file)
-
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import harness  # noqa: E402  (tests/: the namespace cluster)
-import jobs  # noqa: E402
-
-
-def _children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(p) for p in f.read().split()]
-    except FileNotFoundError:
-        return []
-
-
-def section_recovery(ctx, res):
-    """kill -9 of one worker -> the restarted group has resumed from its
-    checkpoint (rank 0's "resumed from checkpoint" line: worker start-up,
-    re-rendezvous, Gloo bootstrap and checkpoint load included; the first
-    step follows within one step time). And node-loss detection: a node cut
-    off the network (namespaces) -> the survivor's launcher logs the round's end."""
-    import signal
-    import threading
-    kills = 3 if ctx.quick else 8
-    work = tempfile.mkdtemp(prefix="cpt-bench-recovery-")
-    ckpt = os.path.join(work, "ckpt")
-    argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
-            "--fake_gpus=2", "--max_restarts=%d" % (kills + 2), "--monitor_interval=0.05",
-            os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--checkpoint_every", "16",
-            "--checkpoint_dir", ckpt, "--progress", "lines"]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    resumed = []
-    cond = threading.Condition()
-
-    def reader():
-        for line in p.stdout:
-            if "resumed from checkpoint" in line:
-                with cond:
-                    resumed.append(time.monotonic())
-                    cond.notify_all()
-    threading.Thread(target=reader, daemon=True).start()
-    try:
-        for k in range(kills):
-            # A new completed checkpoint (the oldest are pruned: compare names).
-            seen = (jobs.checkpoints(ckpt) or [None])[-1]
-            harness.wait_for(lambda: (jobs.checkpoints(ckpt) or [None])[-1] != seen or p.poll() is not None,
-                             300, "a new checkpoint")
-            victims = harness.wait_for(lambda: _children(p.pid) or p.poll() is not None, 60, "workers")
-            if p.poll() is not None:
-                raise RuntimeError("training ended after %d kills; lengthen it" % k)
-            before = len(resumed)
-            t0 = time.monotonic()
-            os.kill(victims[-1], signal.SIGKILL)
-            with cond:
-                if not cond.wait_for(lambda: len(resumed) > before, timeout=120):
-                    raise RuntimeError("no resume within 120 s of kill %d" % k)
-                res.add("recovery/one_node/kill_to_resumed_ms", (resumed[before] - t0) * 1e3, "ms")
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        shutil.rmtree(work, ignore_errors=True)
-    res.note("recovery", "torchrun's recovery was not measured: the Python reference has no "
-                         "checkpoint/resume path yet")
-
-    ok, why = harness.netns_available()
-    if not ok:
-        res.note("recovery", "node-loss detection not measured: " + why)
-        return
-    keep_alive, attempts = 0.5, 2
-    for _ in range(2 if ctx.quick else 5):
-        with harness.Cluster(3) as cluster:
-            os.environ["CPPTORCHRUN_BIN_DIR"] = ctx.bin
-            work = tempfile.mkdtemp(prefix="cpt-bench-loss-")
-            server = jobs.RdzvServer(cluster.hosts[0], work)
-            conf = jobs.fast_rdzv_conf(keep_alive, attempts, last_call=1.0)
-            train = ["--epochs", "3", "--checkpoint_every", "16", "--progress", "none"]
-            a = jobs.Node(cluster.hosts[1], work, "a", server.endpoint, "1:2", launcher_args=conf, train_args=train)
-            b = jobs.Node(cluster.hosts[2], work, "b", server.endpoint, "1:2", launcher_args=conf, train_args=train)
-            harness.wait_for(lambda: " of 4, master" in a.text(), 120, "the 2-node round")
-            cluster.hosts[2].cut()
-            cut_at = time.time()
-            ended = harness.wait_for(lambda: jobs.first_event(a, r"round 1 ended", after=cut_at - 1), 60,
-                                     "node A to learn of the loss")
-            res.add("recovery/node_loss/detect_ms", (ended[0] - cut_at) * 1e3, "ms")
-            shutil.rmtree(work, ignore_errors=True)
-    res.note("recovery", "node loss: keep_alive_interval %.1f s x keep_alive_max_attempt %d = %.1f s "
-                         "deadline; goal: detected within deadline + 0.5 s"
-             % (keep_alive, attempts, keep_alive * attempts))
+import recovery_bench  # noqa: E402  (bench/, beside this file)
+import train_bench  # noqa: E402
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
-            "training": train_bench.section_training, "recovery": section_recovery}
+            "training": train_bench.section_training, "recovery": recovery_bench.section_recovery}
 
 
 def register(name, fn):
@@ -481,7 +394,26 @@ def _training_plot(ctx, res):
                               "world size (ranks)", "samples/s", series)
 
 
-PLOTS = [_launch_plot, _rendezvous_plot, _training_plot]
+def _recovery_plot(ctx, res):
+    series = []
+    for who in ("cpptorchrun/one_node", "cpptorchrun/two_nodes", "torchrun/one_node"):
+        f = res.figures.get("recovery/%s/kill_to_first_step_ms" % who)
+        series.append((who.replace("/", ", ").replace("_", " "),
+                       list(enumerate(f["samples"], 1)) if f else []))
+    r = ratio(res, "recovery/torchrun/one_node/kill_to_first_step_ms",
+              "recovery/cpptorchrun/one_node/kill_to_first_step_ms")
+    if r:
+        ctx.ratios.setdefault("recovery", []).append(
+            "one node, kill -9 to the first step: torchrun takes %.1fx cpptorchrun's time" % r)
+    st = res.stat("recovery/cpptorchrun/one_node/kill_to_first_step_ms")
+    if st:
+        ctx.ratios.setdefault("recovery", []).append(
+            "one node: %.0f ms median from kill -9 to the first step, goal <= 1000 ms" % st["median"])
+    yield "recovery", gnuplot(os.path.join(ctx.out, "recovery.png"), "kill -9 of a worker to the first step",
+                              "kill", "ms", series)
+
+
+PLOTS = [_launch_plot, _rendezvous_plot, _training_plot, _recovery_plot]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,13 @@ torchvision, scaled to [0, 1] as ToTensor does). Rank 0 writes the same
 figures as `train --metrics_json`: the job's samples/s over the training
 loop, and the t10k accuracy.
 
+For the recovery benchmark it also checkpoints and resumes, as `train`
+does: with --checkpoint_dir, rank 0 saves the model, the optimizer and the
+position every --checkpoint_every steps (written to a temporary file, then
+renamed); a restarted group loads the newest, prints "resumed from
+checkpoint at step N", skips the batches the epoch already had, and prints
+its first step.
+
     /usr/bin/python3 bench/torchrun_ref.py --standalone --nproc_per_node=2 \
         bench/reference_ddp.py --epochs 1 --metrics_json /tmp/ref.json
 """
@@ -52,6 +59,8 @@ def main():
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--metrics_json", default="")
     parser.add_argument("--limit", type=int, default=0, help="train on the first N samples (0: all)")
+    parser.add_argument("--checkpoint_dir", default="")
+    parser.add_argument("--checkpoint_every", type=int, default=0, help="steps between checkpoints")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -65,8 +74,25 @@ def main():
     if args.limit:
         dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    loader = DataLoader(dataset, batch_size=64, sampler=sampler)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    ckpt = os.path.join(args.checkpoint_dir, "checkpoint.pt") if args.checkpoint_dir else ""
+    start_epoch, skip_batches, step = 0, 0, 0
+    if ckpt and os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch, skip_batches, step = state["epoch"], state["batches"], state["step"]
+        if rank == 0:
+            print("resumed from checkpoint at step %d" % step, flush=True)
+
+    def save(epoch, batches):
+        if rank != 0 or not ckpt:
+            return
+        os.makedirs(args.checkpoint_dir, exist_ok=True)
+        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                    "epoch": epoch, "batches": batches, "step": step}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
 
     def cpu():
         r = resource.getrusage(resource.RUSAGE_SELF)
@@ -75,14 +101,26 @@ def main():
     samples = 0
     cpu_start = cpu()
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    first = True
+    for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
+        # A resumed epoch goes on where the checkpoint left it (same world).
+        indices = list(sampler)[skip_batches * 64:] if epoch == start_epoch else sampler
+        loader = DataLoader(dataset, batch_size=64, sampler=indices)
+        batches = skip_batches if epoch == start_epoch else 0
         for X, y in loader:
             loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             samples += X.shape[0]
+            step += 1
+            batches += 1
+            if first and rank == 0:
+                print("step %d" % step, flush=True)
+            first = False
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                save(epoch, batches)
     seconds = time.perf_counter() - start
     cpu_seconds = torch.tensor([cpu() - cpu_start], dtype=torch.float64)
 

@@ -51,7 +51,10 @@ ConsoleProgress::ConsoleProgress(std::FILE* out, bool terminal, int64_t line_eve
     : out_(out), terminal_(terminal), line_every_(std::max<int64_t>(1, line_every)) {}
 
 void ConsoleProgress::OnStep(const StepReport& r) {
-  if (first_step_ < 0) first_step_ = r.global_step - 1;
+  // The run's first step gets a line of its own: the job is seen to train
+  // (again, after a resume) at once, not line_every steps later.
+  const bool first = first_step_ < 0;
+  if (first) first_step_ = r.global_step - 1;
   const bool epoch_end = r.step_in_epoch == r.steps_in_epoch;
   const double eta = EstimateEta(r, first_step_);
   if (terminal_) {
@@ -59,7 +62,7 @@ void ConsoleProgress::OnStep(const StepReport& r) {
     line_open_ = !epoch_end;
     if (epoch_end) std::fputc('\n', out_);
     std::fflush(out_);
-  } else if (epoch_end || r.step_in_epoch % line_every_ == 0) {
+  } else if (first || epoch_end || r.step_in_epoch % line_every_ == 0) {
     std::fprintf(out_, "%s\n", FormatProgress(r, eta, false).c_str());
     std::fflush(out_);
   }

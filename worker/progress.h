@@ -21,8 +21,8 @@ double EstimateEta(const StepReport& report, int64_t first_step);
 std::string FormatSummary(const TrainMetrics& metrics);
 
 // Prints reports to `out` (not owned). On a terminal it redraws one line;
-// otherwise it prints a line every `line_every` steps and at each epoch's
-// end. Used on the training thread only.
+// otherwise it prints a line for the run's first step, every `line_every`
+// steps and at each epoch's end. Used on the training thread only.
 class ConsoleProgress final : public TrainObserver {
  public:
   ConsoleProgress(std::FILE* out, bool terminal, int64_t line_every = 100);

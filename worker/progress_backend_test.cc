@@ -45,6 +45,7 @@ TEST(Progress, PrintsLinesEveryNStepsAndTheSummary) {
   FILE* out = open_memstream(&buffer, &size);
   {
     ConsoleProgress progress(out, false, 25);
+    // A resumed run: its first step (global 101, step 1 of the epoch) is shown.
     for (int64_t s = 1; s <= 100; ++s) progress.OnStep(Report(s, 100 + s));
     TrainMetrics m;
     m.test_accuracy = 0.8531;
@@ -57,8 +58,10 @@ TEST(Progress, PrintsLinesEveryNStepsAndTheSummary) {
   std::fclose(out);
   std::string text(buffer, size);
   std::free(buffer);
+  EXPECT_THAT(text, HasSubstr("step 1/100 "));
   EXPECT_THAT(text, HasSubstr("step 25/100"));
   EXPECT_THAT(text, HasSubstr("step 100/100"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("step 2/100 ")));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("step 26/100")));
   EXPECT_THAT(text, HasSubstr("test accuracy 85.31%, 2345 samples/s over 25.6 s (world 2, gloo)"));
 }

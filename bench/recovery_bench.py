@@ -1,0 +1,260 @@
+"""The recovery benchmark: how long a job takes to train again after a
+worker is killed, and how soon a lost node is noticed.
+
+  * kill -9 of one worker -> rank 0 says "resumed from checkpoint", then
+    -> rank 0 finishes its first step after the resume. A DDP step ends with
+    an all-reduce of every rank's gradients, so rank 0's first step is every
+    worker's first step. Worker start-up (exec, LibTorch, data), the
+    re-rendezvous, the communicator's bootstrap and the checkpoint load are
+    all inside the figure.
+      - cpptorchrun, one node: 2 workers on fake GPUs;
+      - cpptorchrun, two namespaced nodes x 2 workers, a worker of node B
+        killed (both nodes restart in a new round);
+      - torchrun, one node: bench/reference_ddp.py (Python DDP, Gloo) with
+        the same checkpoint cadence, the same --monitor_interval and
+        --max_restarts.
+  * node loss: a node cut off the network (its veth down) -> the survivor's
+    launcher logs the round's end.
+
+Lines are timestamped as they reach the log file (a watcher polls every
+5 ms), the same way for every launcher. In the runner as section "recovery".
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness  # noqa: E402  (tests/: the namespace cluster)
+import jobs  # noqa: E402
+
+MONITOR_INTERVAL = "0.05"
+CHECKPOINT_EVERY = "16"
+RESUMED = re.compile(r"resumed from checkpoint at step \d+")
+STEP = re.compile(r"(^|[\]:])(epoch \d+/\d+ )?step \d+")
+
+
+class LogWatch:
+    """Timestamps the lines of growing log files as they appear."""
+
+    def __init__(self, paths, interval=0.005):
+        self.paths = list(paths)
+        self.lines = []  # (monotonic time, text)
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval):
+        offsets = {p: 0 for p in self.paths}
+        partial = {p: b"" for p in self.paths}
+        while not self._stop.is_set():
+            for p in self.paths:
+                try:
+                    with open(p, "rb") as f:
+                        f.seek(offsets[p])
+                        data = f.read()
+                except FileNotFoundError:
+                    continue
+                if not data:
+                    continue
+                offsets[p] += len(data)
+                now = time.monotonic()
+                chunks = (partial[p] + data).split(b"\n")
+                partial[p] = chunks.pop()
+                with self._cond:
+                    self.lines.extend((now, c.decode(errors="replace")) for c in chunks)
+                    self._cond.notify_all()
+            self._stop.wait(interval)
+
+    def wait(self, pattern, after, timeout, what):
+        """Time of the first line matching `pattern` seen after `after`."""
+        def found():
+            for t, text in self.lines:
+                if t > after and pattern.search(text):
+                    return t
+            return None
+        with self._cond:
+            t = self._cond.wait_for(found, timeout=timeout)
+        if t is None:
+            raise RuntimeError("no %s within %.0f s" % (what, timeout))
+        return t
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
+    """`kills` times: waits for a new checkpoint, kills a victim with
+    SIGKILL, and times the resume and the first step after it."""
+    for k in range(kills):
+        token = checkpoint_token()
+        harness.wait_for(lambda: checkpoint_token() != token or not alive(), 300, "a new checkpoint")
+        pids = harness.wait_for(lambda: victims() or not alive(), 120, "workers to kill")
+        if not alive():
+            raise RuntimeError("%s: the job ended after %d kills; lengthen it" % (name, k))
+        t0 = time.monotonic()
+        os.kill(pids[-1], signal.SIGKILL)
+        resumed = watch.wait(RESUMED, t0, 120, "resume after kill %d (%s)" % (k + 1, name))
+        stepped = watch.wait(STEP, resumed - 1e-9, 120, "first step after kill %d (%s)" % (k + 1, name))
+        res.add("recovery/%s/kill_to_resumed_ms" % name, (resumed - t0) * 1e3, "ms")
+        res.add("recovery/%s/kill_to_first_step_ms" % name, (stepped - t0) * 1e3, "ms")
+
+
+def newest_checkpoint(ckpt):
+    return lambda: (jobs.checkpoints(ckpt) or [None])[-1]
+
+
+def file_mtime(path):
+    def token():
+        try:
+            return os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            return None
+    return token
+
+
+def spawn_logged(argv, log, env=None):
+    out = open(log, "wb")
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                         env=dict(os.environ, **(env or {})), cwd=ROOT)
+    out.close()
+    return p
+
+
+def stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def one_node(ctx, res, kills):
+    work = tempfile.mkdtemp(prefix="cpt-bench-recovery-")
+    ckpt = os.path.join(work, "ckpt")
+    log = os.path.join(work, "job.log")
+    argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
+            "--fake_gpus=2", "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
+            os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--checkpoint_every",
+            CHECKPOINT_EVERY, "--checkpoint_dir", ckpt, "--progress", "lines"]
+    p = spawn_logged(argv, log)
+    watch = LogWatch([log])
+    try:
+        kill_and_time(res, "cpptorchrun/one_node", kills, lambda: p.poll() is None,
+                      lambda: children(p.pid), newest_checkpoint(ckpt), watch)
+        # Where a restarted worker's time went (rank 0's first line).
+        for _t, text in watch.lines:
+            m = re.search(r"started in ([\d.]+) s \(before main ([\d.]+) s, data ([\d.]+) s, "
+                          r"communicator ([\d.]+) s\)", text)
+            if m:
+                for key, v in zip(("total", "before_main", "data", "communicator"), m.groups()):
+                    res.add("recovery/cpptorchrun/worker_start/%s_ms" % key, float(v) * 1e3, "ms")
+    finally:
+        watch.close()
+        stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def torchrun_one_node(ctx, res, kills):
+    work = tempfile.mkdtemp(prefix="cpt-bench-recovery-ref-")
+    ckpt = os.path.join(work, "ckpt")
+    log = os.path.join(work, "job.log")
+    argv = [PY, os.path.join(ROOT, "bench", "torchrun_ref.py"), "--standalone", "--nproc_per_node=2",
+            "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
+            os.path.join(ROOT, "bench", "reference_ddp.py"), "--epochs", "3",
+            "--checkpoint_every", CHECKPOINT_EVERY, "--checkpoint_dir", ckpt]
+    p = spawn_logged(argv, log, env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    watch = LogWatch([log])
+    try:
+        kill_and_time(res, "torchrun/one_node", kills, lambda: p.poll() is None,
+                      lambda: children(p.pid), file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
+    finally:
+        watch.close()
+        stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def two_nodes(ctx, res, kills):
+    with harness.Cluster(3, use_netns=True) as cluster:
+        os.environ["CPPTORCHRUN_BIN_DIR"] = ctx.bin
+        work = tempfile.mkdtemp(prefix="cpt-bench-recovery-2n-")
+        try:
+            server = jobs.RdzvServer(cluster.hosts[0], work)
+            conf = jobs.fast_rdzv_conf(0.5, 4, last_call=0.2) + ["--monitor_interval", MONITOR_INTERVAL]
+            train = ["--epochs", "3", "--checkpoint_every", CHECKPOINT_EVERY, "--progress", "lines"]
+            a, b = [jobs.Node(cluster.hosts[i], work, n, server.endpoint, "2:2", max_restarts=kills + 2,
+                              launcher_args=conf, train_args=train) for i, n in ((1, "a"), (2, "b"))]
+            watch = LogWatch([a.log, b.log])
+            try:
+                kill_and_time(res, "cpptorchrun/two_nodes", kills,
+                              lambda: a.proc.poll() is None and b.proc.poll() is None,
+                              b.worker_pids, newest_checkpoint(os.path.join(work, "ckpt")), watch)
+            finally:
+                watch.close()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def node_loss(ctx, res, repeat):
+    keep_alive, attempts = 0.5, 2
+    for _ in range(repeat):
+        with harness.Cluster(3, use_netns=True) as cluster:
+            os.environ["CPPTORCHRUN_BIN_DIR"] = ctx.bin
+            work = tempfile.mkdtemp(prefix="cpt-bench-loss-")
+            try:
+                server = jobs.RdzvServer(cluster.hosts[0], work)
+                conf = jobs.fast_rdzv_conf(keep_alive, attempts, last_call=1.0)
+                train = ["--epochs", "3", "--checkpoint_every", "16", "--progress", "none"]
+                a = jobs.Node(cluster.hosts[1], work, "a", server.endpoint, "1:2", launcher_args=conf,
+                              train_args=train)
+                jobs.Node(cluster.hosts[2], work, "b", server.endpoint, "1:2", launcher_args=conf,
+                          train_args=train)
+                harness.wait_for(lambda: " of 4, master" in a.text(), 120, "the 2-node round")
+                cluster.hosts[2].cut()
+                cut_at = time.time()
+                ended = harness.wait_for(lambda: jobs.first_event(a, r"round 1 ended", after=cut_at - 1),
+                                         60, "node A to learn of the loss")
+                res.add("recovery/node_loss/detect_ms", (ended[0] - cut_at) * 1e3, "ms")
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    res.note("recovery", "node loss: keep_alive_interval %.1f s x keep_alive_max_attempt %d = %.1f s "
+                         "deadline; goal: detected within deadline + 0.5 s"
+             % (keep_alive, attempts, keep_alive * attempts))
+
+
+def section_recovery(ctx, res):
+    """For bench/bench.py: figures under recovery/."""
+    kills = 3 if ctx.quick else 8
+    torch_ok = os.path.exists(PY) and subprocess.run(
+        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+    one_node(ctx, res, kills)
+    if torch_ok:
+        torchrun_one_node(ctx, res, kills)
+    else:
+        res.note("recovery", "torchrun not measured: %s has no torch" % PY)
+    ok, why = harness.netns_available()
+    if not ok:
+        res.note("recovery", "two-node recovery and node-loss detection not measured: " + why)
+        return
+    two_nodes(ctx, res, kills)
+    node_loss(ctx, res, 2 if ctx.quick else 5)
+    res.note("recovery", "kill -9 of one worker, --monitor_interval %s on both launchers, a "
+                         "checkpoint every %s steps; first step: rank 0's first step after the resume "
+                         "(it ends with every rank's all-reduce)" % (MONITOR_INTERVAL, CHECKPOINT_EVERY))
