@@ -92,14 +92,6 @@ class LogWatch:
         self._thread.join(timeout=5)
 
 
-def children(pid):
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(p) for p in f.read().split()]
-    except FileNotFoundError:
-        return []
-
-
 def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
     """`kills` times: waits for a new checkpoint, kills a victim with
     SIGKILL, and times the resume and the first step after it."""
@@ -158,7 +150,7 @@ def one_node(ctx, res, kills):
     watch = LogWatch([log])
     try:
         kill_and_time(res, "cpptorchrun/one_node", kills, lambda: p.poll() is None,
-                      lambda: children(p.pid), newest_checkpoint(ckpt), watch)
+                      lambda: jobs.children(p.pid), newest_checkpoint(ckpt), watch)
         # Where a restarted worker's time went (rank 0's first line).
         for _t, text in watch.lines:
             m = re.search(r"started in ([\d.]+) s \(before main ([\d.]+) s, data ([\d.]+) s, "
@@ -184,7 +176,7 @@ def torchrun_one_node(ctx, res, kills):
     watch = LogWatch([log])
     try:
         kill_and_time(res, "torchrun/one_node", kills, lambda: p.poll() is None,
-                      lambda: children(p.pid), file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
+                      lambda: jobs.children(p.pid), file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
     finally:
         watch.close()
         stop(p)

@@ -74,11 +74,16 @@ class Node:
 
     def worker_pids(self):
         """Pids of this node's workers (children of the launcher)."""
-        try:
-            with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
-                return [int(p) for p in f.read().split()]
-        except FileNotFoundError:
-            return []
+        return children(self.proc.pid)
+
+
+def children(pid):
+    """Pids of the children of `pid` (none once it is gone)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
 
 
 def checkpoints(ckpt_dir):

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "worker/file_util.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -71,32 +72,6 @@ class Reader {
 
 std::string Errno(const std::string& what, const std::string& path) {
   return absl::StrCat(what, " ", path, ": ", std::strerror(errno));
-}
-
-absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(Errno("write", path));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string partial;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      partial = dir.substr(0, i);
-      if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::InternalError(Errno("mkdir", partial));
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

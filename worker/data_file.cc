@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/file_util.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -109,26 +110,14 @@ absl::StatusOr<std::string> Inflate(const std::string& path, int64_t size_hint) 
   return out;
 }
 
-void MakeDirs(const std::string& path) {
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos == path.size() || path[pos] == '/') ::mkdir(path.substr(0, pos).c_str(), 0700);
-  }
-}
-
 // Best effort: the cache is an optimisation, its failures are not errors.
 void WriteCache(const std::string& dir, const std::string& path, const std::string& bytes) {
-  MakeDirs(dir);
+  if (!MakeDirs(dir, 0700).ok()) return;
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  const bool ok = ::close(fd) == 0 && done == bytes.size();
+  const bool written = WriteAll(fd, bytes, temp).ok();
+  const bool ok = ::close(fd) == 0 && written;
   if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
 }
 
