@@ -84,8 +84,7 @@ def interleave(variants, repeat):
 
 
 def have_torch():
-    return os.path.exists(PY) and subprocess.run(
-        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+    return train_bench.torch_available()
 
 
 # --- sections -------------------------------------------------------------------
@@ -143,11 +142,13 @@ def section_rendezvous(ctx, res):
                            "(libuv backend, PyTorch's own figure), not reproducible at that scale here")
 
 
-import recovery_bench  # noqa: E402  (bench/, beside this file)
+import ddp_bench  # noqa: E402  (bench/, beside this file)
+import recovery_bench  # noqa: E402
 import train_bench  # noqa: E402
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
-            "training": train_bench.section_training, "recovery": recovery_bench.section_recovery}
+            "training": train_bench.section_training, "ddp": ddp_bench.section_ddp,
+            "recovery": recovery_bench.section_recovery}
 
 
 def register(name, fn):
@@ -386,7 +387,7 @@ def _rendezvous_plot(ctx, res):
 
 def _training_plot(ctx, res):
     series = []
-    for who in ("cpptorchrun", "torchrun"):
+    for who in ("cpptorchrun", "python"):
         pts = [(w, res.stat("training/%s/world=%d/samples_per_s" % (who, w))["median"])
                for w in (1, 2) if res.stat("training/%s/world=%d/samples_per_s" % (who, w))]
         series.append((who, pts))

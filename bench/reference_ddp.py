@@ -16,14 +16,21 @@ renamed); a restarted group loads the newest, prints "resumed from
 checkpoint at step N", skips the batches the epoch already had, and prints
 its first step.
 
+For the DDP benchmark, --hidden gives other hidden widths, --bucket_cap_mb
+DDP's bucket cap, and --allreduce off runs every step under no_sync() (each
+rank trains on its own: the step time without DDP's all-reduce), rotate
+every other step.
+
     /usr/bin/python3 bench/torchrun_ref.py --standalone --nproc_per_node=2 \
         bench/reference_ddp.py --epochs 1 --metrics_json /tmp/ref.json
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import resource
+import statistics
 import time
 
 import numpy as np
@@ -61,14 +68,25 @@ def main():
     parser.add_argument("--limit", type=int, default=0, help="train on the first N samples (0: all)")
     parser.add_argument("--checkpoint_dir", default="")
     parser.add_argument("--checkpoint_every", type=int, default=0, help="steps between checkpoints")
+    parser.add_argument("--hidden", default="512", help="hidden layer widths, comma-separated")
+    parser.add_argument("--bucket_cap_mb", type=float, default=25)
+    parser.add_argument("--allreduce", choices=("overlap", "off", "rotate"), default="overlap",
+                        help="off: every step under DDP's no_sync() (no all-reduce); rotate: off and "
+                             "overlap step by step (the DDP benchmark's A/B within one run)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     # Each process gets the SAME model
-    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10))
-    model = DDP(model)
+    widths = [784] + [int(w) for w in args.hidden.split(",")] + [10]
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    model = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
 
     dataset = load(args.data_dir, "train")
     if args.limit:
@@ -99,8 +117,11 @@ def main():
         return r.ru_utime + r.ru_stime
 
     samples = 0
+    batches_run = 0
     cpu_start = cpu()
     start = time.perf_counter()
+    step_times = []  # each batch's: its fetch, forward, backward, all-reduce, step
+    mode_times = {}  # the same, per all-reduce mode
     first = True
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
@@ -108,12 +129,18 @@ def main():
         indices = list(sampler)[skip_batches * 64:] if epoch == start_epoch else sampler
         loader = DataLoader(dataset, batch_size=64, sampler=indices)
         batches = skip_batches if epoch == start_epoch else 0
+        step_start = time.perf_counter()
         for X, y in loader:
-            loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
-            optimizer.zero_grad()
-            loss.backward()
+            mode = ("off", "overlap")[step % 2] if args.allreduce == "rotate" else args.allreduce
+            with model.no_sync() if mode == "off" else contextlib.nullcontext():
+                loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
+                optimizer.zero_grad()
+                loss.backward()
             optimizer.step()
+            step_times.append(time.perf_counter() - step_start)
+            mode_times.setdefault(mode, []).append(step_times[-1])
             samples += X.shape[0]
+            batches_run += 1
             step += 1
             batches += 1
             if first and rank == 0:
@@ -121,6 +148,7 @@ def main():
             first = False
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 save(epoch, batches)
+            step_start = time.perf_counter()  # the next batch's fetch counts
     seconds = time.perf_counter() - start
     cpu_seconds = torch.tensor([cpu() - cpu_start], dtype=torch.float64)
 
@@ -133,6 +161,11 @@ def main():
         accuracy = (predicted == test.tensors[1]).float().mean().item()
     if rank == 0:
         figures = {"world_size": world_size, "epochs": args.epochs, "samples": int(total.item()),
+                   "steps": batches_run, "allreduce": args.allreduce,
+                   "step_seconds_median": statistics.median(step_times) if step_times else 0,
+                   "by_mode": {m: {"steps": len(t), "step_seconds_median": statistics.median(t)}
+                               for m, t in mode_times.items()},
+                   "hidden": args.hidden,
                    "train_seconds": seconds, "samples_per_s": total.item() / seconds,
                    "cpu_seconds": cpu_seconds.item(),
                    "test_accuracy": accuracy, "final_loss": loss.item()}

@@ -24,6 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
 
 
+def torch_available():
+    """Whether Debian's python has torch (the reference's, and torchrun's)."""
+    return os.path.exists(PY) and subprocess.run(
+        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+
+
 def _run_json(argv, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "metrics.json")
@@ -38,19 +44,33 @@ def _run_json(argv, timeout):
             return json.load(f)
 
 
-def ours(bin_dir, world, epochs, timeout, limit=0):
+def ours(bin_dir, world, epochs, timeout, limit=0, extra=()):
+    """`cpptorchrun ... train` (Gloo); `extra`: more flags of train."""
     launcher = os.path.join(bin_dir, "launcher", "cpptorchrun")
     train = os.path.join(bin_dir, "worker", "train")
     return _run_json([launcher, "--standalone", "--nproc_per_node=%d" % world, train,
                       "--epochs", str(epochs), "--limit", str(limit), "--backend", "gloo",
-                      "--progress", "none", "--metrics_json", "{metrics}"], timeout)
+                      "--progress", "none", "--metrics_json", "{metrics}"] + list(extra), timeout)
 
 
-def reference(world, epochs, timeout, limit=0):
+def reference(world, epochs, timeout, limit=0, extra=()):
+    """bench/reference_ddp.py under torchrun; `extra`: more flags of it."""
     return _run_json([PY, os.path.join(ROOT, "bench", "torchrun_ref.py"), "--standalone",
                       "--nproc_per_node=%d" % world, os.path.join(ROOT, "bench", "reference_ddp.py"),
-                      "--epochs", str(epochs), "--limit", str(limit), "--metrics_json", "{metrics}"],
-                     timeout)
+                      "--epochs", str(epochs), "--limit", str(limit), "--metrics_json", "{metrics}"]
+                     + list(extra), timeout)
+
+
+def attempt_twice(label, fn, log):
+    """fn()'s metrics, or None after two failures. torchrun's own store is
+    flaky on a loaded machine: one retry per run, on both sides alike; a
+    second failure is logged and the run left out."""
+    for attempt in (1, 2):
+        try:
+            return fn()
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log("%s failed (attempt %d): %s" % (label, attempt, str(e).splitlines()[0]))
+    return None
 
 
 def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print, limit=0):
@@ -62,16 +82,7 @@ def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=p
             if with_reference:
                 runs.append(("python", lambda w=world: reference(w, epochs, timeout, limit)))
             for who, fn in runs:
-                # torchrun's own store is flaky on a loaded machine: one retry
-                # per run, on both sides alike; a second failure is reported.
-                for attempt in (1, 2):
-                    try:
-                        m = fn()
-                        break
-                    except (RuntimeError, subprocess.TimeoutExpired) as e:
-                        log("%s world %d failed (attempt %d): %s" % (who, world, attempt,
-                                                                     str(e).splitlines()[0]))
-                        m = None
+                m = attempt_twice("%s world %d" % (who, world), fn, log)
                 if m is None:
                     continue
                 out.setdefault((who, world), []).append(m)
@@ -103,8 +114,7 @@ def summarise(out):
 
 def section_training(ctx, res):
     """For bench/bench.py: figures under training/<who>/world=<n>/."""
-    torch_ok = os.path.exists(PY) and subprocess.run(
-        [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+    torch_ok = torch_available()
     # --quick: the first 20,000 samples (a third of the epoch), to stay in 5 minutes.
     limit = 20000 if ctx.quick else 0
     out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok, limit=limit)

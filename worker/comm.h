@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,14 @@ enum class DType { kFloat32, kFloat64, kInt64, kUint8 };
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 
+// When a collective ran: seconds on the steady clock
+// (std::chrono::steady_clock), from the moment the backend started it to
+// the moment it ended. Queueing behind earlier collectives is not counted.
+struct WorkTimes {
+  double started = 0;
+  double finished = 0;
+};
+
 // A collective in flight. Wait() may be called more than once, from any
 // thread; it returns the collective's final status.
 class Work {
@@ -34,6 +43,10 @@ class Work {
   virtual ~Work() = default;
   virtual absl::Status Wait() = 0;
   virtual bool IsCompleted() = 0;
+  // Once completed, when it ran; nullopt before that, for a collective that
+  // never ran (failed, aborted), and where the backend cannot tell (NCCL's
+  // device-side work, completed stand-ins). For DDP's overlap figures.
+  virtual std::optional<WorkTimes> Times() { return std::nullopt; }
 };
 
 class Communicator {

@@ -1,6 +1,8 @@
 // Tests of the communicators, one thread per rank sharing an in-memory
 // rendezvous store, Gloo over TCP on 127.0.0.1. Every test runs on every
 // backend that can run here (Gloo and fake GPUs).
+#include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -207,16 +209,44 @@ TEST(CommThread, AbortFailsQueuedWork) {
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(&started));
   }
+  EXPECT_FALSE(first->Times().has_value()) << "times of a collective still running";
   auto second = thread.Submit([] { return absl::OkStatus(); });
   thread.Abort("stop");
   EXPECT_EQ(second->Wait().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(second->Times().has_value()) << "an aborted collective never ran";
   {
     absl::MutexLock lock(&mu);
     release = true;
   }
   EXPECT_TRUE(first->Wait().ok());
+  EXPECT_TRUE(first->Times().has_value());
   EXPECT_EQ(thread.Submit([] { return absl::OkStatus(); })->Wait().code(),
             absl::StatusCode::kAborted);
+}
+
+TEST(CommThread, TimesBracketTheCollectiveOnTheSteadyClock) {
+  CommThread thread;
+  double inside = 0;
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const double before = now();
+  auto work = thread.Submit([&] {
+    inside = now();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(work->Wait().ok());
+  std::optional<WorkTimes> times = work->Times();
+  ASSERT_TRUE(times.has_value());
+  EXPECT_LE(before, times->started);
+  EXPECT_LE(times->started, inside);
+  EXPECT_LE(inside, times->finished);
+  EXPECT_LE(times->finished, now());
+  // A failed collective has no times: its figures would mislead.
+  auto failed = thread.Submit([] { return absl::InternalError("wire"); });
+  EXPECT_FALSE(failed->Wait().ok());
+  EXPECT_FALSE(failed->Times().has_value());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CommThread: a queue of collectives and the thread that drains it.
 #include "worker/comm_thread.h"
 
+#include <chrono>
 #include <utility>
 
 namespace cpptorchrun::worker {
@@ -18,19 +19,34 @@ class CommThread::Task final : public Work {
     absl::MutexLock lock(&mu_);
     return done_;
   }
-  void Run() { Finish(op_()); }
-  void Finish(absl::Status status) {
+  std::optional<WorkTimes> Times() override {
+    absl::MutexLock lock(&mu_);
+    return done_ ? times_ : std::nullopt;
+  }
+  void Run() {
+    const double started = Now();
+    absl::Status status = op_();
+    Finish(std::move(status), WorkTimes{started, Now()});
+  }
+  void Finish(absl::Status status, std::optional<WorkTimes> times = std::nullopt) {
     absl::MutexLock lock(&mu_);
     if (done_) return;
     status_ = std::move(status);
+    if (status_.ok()) times_ = times;
     done_ = true;
   }
 
  private:
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   std::function<absl::Status()> op_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkTimes> times_ ABSL_GUARDED_BY(mu_);
 };
 
 CommThread::CommThread() : thread_([this] { Loop(); }) {}

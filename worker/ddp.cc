@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
     sizes.push_back(p.numel() * static_cast<int64_t>(sizeof(float)));
   }
   std::unique_ptr<DistributedDataParallel> ddp(
-      new DistributedDataParallel(std::move(parameters), std::move(buffers), comm));
+      new DistributedDataParallel(std::move(parameters), std::move(buffers), comm, options));
   ddp->bucket_of_.resize(ddp->parameters_.size());
   ddp->slot_of_.resize(ddp->parameters_.size());
   for (const std::vector<size_t>& members : AssignBuckets(sizes, options.first_bucket_cap_bytes, options.bucket_cap_bytes)) {
@@ -78,10 +79,22 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   return ddp;
 }
 
+namespace {
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
 DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> parameters,
                                                  std::vector<torch::Tensor> buffers,
-                                                 Communicator* comm)
-    : parameters_(std::move(parameters)), buffers_(std::move(buffers)), comm_(comm) {}
+                                                 Communicator* comm, const DdpOptions& options)
+    : parameters_(std::move(parameters)),
+      buffers_(std::move(buffers)),
+      comm_(comm),
+      overlap_(options.overlap),
+      now_(options.now ? options.now : std::function<double()>(SteadySeconds)) {}
 
 DistributedDataParallel::~DistributedDataParallel() {
   for (auto& bucket : buckets_) {
@@ -137,7 +150,7 @@ void DistributedDataParallel::OnGradient(size_t index, const torch::Tensor& grad
     dest.copy_(grad.reshape({-1}));
   }
   --bucket.pending;
-  LaunchReadyBuckets();
+  if (overlap_) LaunchReadyBuckets();
 }
 
 void DistributedDataParallel::LaunchReadyBuckets() {
@@ -154,6 +167,8 @@ absl::Status DistributedDataParallel::FinishBackward() {
   if (!armed_) return absl::FailedPreconditionError("DDP: FinishBackward without PrepareBackward");
   armed_ = false;
   if (!sync_) return absl::OkStatus();
+  // The backward pass has returned: communication after this is exposed.
+  const double backward_end = now_();
   torch::NoGradGuard no_grad;
   // Parameters the graph did not reach: their slot is zero (or what they
   // accumulated), so every rank still issues every bucket.
@@ -173,11 +188,20 @@ absl::Status DistributedDataParallel::FinishBackward() {
   LaunchReadyBuckets();
   absl::Status first_error;
   const double scale = 1.0 / comm_->world_size();
+  bool timed = true;
+  double allreduce = 0;
+  double hidden = 0;
   for (Bucket& bucket : buckets_) {
-    const auto wait_start = std::chrono::steady_clock::now();
+    const double wait_start = now_();
     absl::Status status = bucket.work ? bucket.work->Wait() : absl::InternalError("bucket not launched");
-    wait_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    stats_.wait_seconds += now_() - wait_start;
+    std::optional<WorkTimes> times = bucket.work ? bucket.work->Times() : std::nullopt;
+    if (times.has_value()) {
+      allreduce += times->finished - times->started;
+      hidden += std::max(0.0, std::min(times->finished, backward_end) - times->started);
+    } else {
+      timed = false;
+    }
     bucket.work.reset();
     if (!status.ok()) {
       if (first_error.ok()) first_error = status;
@@ -192,6 +216,14 @@ absl::Status DistributedDataParallel::FinishBackward() {
       } else {
         param.mutable_grad() = src.clone();
       }
+    }
+  }
+  if (first_error.ok()) {
+    ++stats_.steps;
+    if (timed) {
+      ++stats_.timed_steps;
+      stats_.allreduce_seconds += allreduce;
+      stats_.hidden_seconds += hidden;
     }
   }
   return first_error;

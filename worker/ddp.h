@@ -8,6 +8,10 @@
 // overlaps the rest of the backward pass. FinishBackward() waits for every
 // bucket, divides by the world size and writes the averages into .grad.
 //
+// Without overlap (DdpOptions::overlap false, for the benchmark of what
+// overlap saves) the hooks still fill the buckets, but every all-reduce is
+// launched in FinishBackward.
+//
 // Gradient accumulation: PrepareBackward(/*sync=*/false) leaves the hooks
 // idle, so gradients just accumulate in .grad; on the next synchronised
 // backward each bucket slot holds the accumulated sum (.grad so far plus
@@ -21,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +41,29 @@ struct DdpOptions {
   // The first bucket's cap (PyTorch's 1 MB): small, so that its all-reduce
   // starts early in the backward pass. Capped by bucket_cap_bytes.
   int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+  // Launch each bucket's all-reduce as soon as it is full (during the
+  // backward pass); false: all of them in FinishBackward.
+  bool overlap = true;
+  // Seconds on the clock of the backend's Work::Times (the steady clock);
+  // default std::chrono::steady_clock. Tests inject a fake one.
+  std::function<double()> now;
+};
+
+// Where a synchronised step's communication went, summed over the steps.
+struct DdpStats {
+  // Synchronised backward passes finished.
+  int64_t steps = 0;
+  // FinishBackward's wait for the all-reduces: what the backward pass did
+  // not hide, as the training thread sees it.
+  double wait_seconds = 0;
+  // Steps whose every all-reduce reported when it ran (Work::Times); the
+  // two figures below cover those steps only.
+  int64_t timed_steps = 0;
+  // The all-reduces' own run time.
+  double allreduce_seconds = 0;
+  // Of that, the part that ran before the backward pass returned (before
+  // FinishBackward was called): hidden behind the backward pass.
+  double hidden_seconds = 0;
 };
 
 class DistributedDataParallel {
@@ -66,6 +94,10 @@ class DistributedDataParallel {
   // Call before each backward pass; `sync` false on accumulating steps.
   void PrepareBackward(bool sync);
 
+  // DdpOptions::overlap, from the next backward pass on (the benchmark's
+  // rotation of modes). Every rank must set the same.
+  void set_overlap(bool overlap) { overlap_ = overlap; }
+
   // After the backward pass: on a synchronised step waits for every bucket's
   // all-reduce and leaves the world-average gradient in each .grad. A
   // parameter that got no gradient counts as zero. Errors: the
@@ -74,18 +106,22 @@ class DistributedDataParallel {
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Wall seconds FinishBackward spent waiting for all-reduces, in total.
-  double wait_seconds() const { return wait_seconds_; }
+  double wait_seconds() const { return stats_.wait_seconds; }
+  const DdpStats& stats() const { return stats_; }
   int world_size() const { return comm_->world_size(); }
 
  private:
   DistributedDataParallel(std::vector<torch::Tensor> parameters,
-                          std::vector<torch::Tensor> buffers, Communicator* comm);
+                          std::vector<torch::Tensor> buffers, Communicator* comm,
+                          const DdpOptions& options);
   void OnGradient(size_t index, const torch::Tensor& grad);
   void LaunchReadyBuckets();
 
   std::vector<torch::Tensor> parameters_;
   std::vector<torch::Tensor> buffers_;
   Communicator* const comm_;
+  bool overlap_;
+  const std::function<double()> now_;
   std::vector<Bucket> buckets_;
   // Per parameter: its bucket and slot.
   std::vector<size_t> bucket_of_;
@@ -95,7 +131,7 @@ class DistributedDataParallel {
   bool sync_ = true;
   bool armed_ = false;
   size_t next_launch_ = 0;
-  double wait_seconds_ = 0;
+  DdpStats stats_;
 };
 
 // Bucket assignment alone (for tests and logs): parameter indices per

@@ -1,10 +1,13 @@
 // Tests of DDP on its own: bucket assignment, overlap of the first bucket's
-// all-reduce with the backward pass (recording communicator), and gradient
-// averaging across two Gloo ranks.
+// all-reduce with the backward pass (recording communicator), the overlap
+// figures on a fake clock, the no-overlap mode, and gradient averaging
+// across two Gloo ranks.
 #include "worker/ddp.h"
 
+#include <optional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rendezvous/store.h"
 #include "worker/gloo_comm.h"
@@ -85,6 +88,131 @@ TEST(Ddp, FirstBucketAllReduceStartsBeforeBackwardEnds) {
   EXPECT_EQ(log.back(), "backward returned");
   ASSERT_FALSE(fc1_weight_grad_at_call.empty());
   EXPECT_FALSE(fc1_weight_grad_at_call[0]) << "fc1.weight already had its gradient";
+}
+
+// A world of one whose all-reduces "run" on a fake clock: each starts when
+// it is launched and lasts `duration` seconds; the log has its launches.
+class TimedCommunicator final : public Communicator {
+ public:
+  TimedCommunicator(const double* clock, double duration, std::vector<std::string>* log)
+      : clock_(clock), duration_(duration), log_(log) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string backend() const override { return "timed"; }
+  std::shared_ptr<Work> AllReduceAsync(void*, int64_t count, DType, ReduceOp) override {
+    log_->push_back(absl::StrCat("allreduce ", count, " at ", *clock_));
+    return std::make_shared<TimedWork>(WorkTimes{*clock_, *clock_ + duration_});
+  }
+  std::shared_ptr<Work> BroadcastAsync(void*, int64_t, DType, int) override {
+    return CompletedWork(absl::OkStatus());
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  void Abort(const std::string&) override {}
+
+ private:
+  class TimedWork final : public Work {
+   public:
+    explicit TimedWork(WorkTimes times) : times_(times) {}
+    absl::Status Wait() override { return absl::OkStatus(); }
+    bool IsCompleted() override { return true; }
+    std::optional<WorkTimes> Times() override { return times_; }
+
+   private:
+    const WorkTimes times_;
+  };
+  const double* clock_;
+  const double duration_;
+  std::vector<std::string>* log_;
+};
+
+// One backward pass of `net` on the fake clock: it starts at 1.000, the
+// hidden layer's gradient (between fc2's backward and fc1's) comes at
+// 1.010, and the pass returns at 1.011.
+void TimedBackward(Net& net, DistributedDataParallel& ddp, double* clock,
+                   std::vector<std::string>* log) {
+  torch::Tensor hidden = net.fc1(torch::randn({4, 784}));
+  hidden.register_hook([&](torch::Tensor) {
+    *clock = 1.010;
+    log->push_back("hidden grad");
+  });
+  torch::Tensor loss = net.fc2(torch::relu(hidden)).pow(2).mean();
+  *clock = 1.000;
+  ddp.PrepareBackward(true);
+  loss.backward();
+  *clock = 1.011;
+  log->push_back("backward returned");
+  ASSERT_TRUE(ddp.FinishBackward().ok());
+}
+
+TEST(Ddp, CountsTheAllReduceTimeTheBackwardPassHides) {
+  torch::manual_seed(3);
+  Net net;
+  double clock = 0;
+  std::vector<std::string> log;
+  TimedCommunicator comm(&clock, 0.004, &log);
+  DdpOptions options;
+  options.first_bucket_cap_bytes = 20000;  // fc2 first, then fc1 (as above)
+  options.bucket_cap_bytes = 20000;
+  options.now = [&] { return clock; };
+  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm, options);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  TimedBackward(net, **ddp, &clock, &log);
+  EXPECT_EQ(log, (std::vector<std::string>{"allreduce 5130 at 1", "hidden grad",
+                                           "allreduce 401920 at 1.01", "backward returned"}));
+  const DdpStats& stats = (*ddp)->stats();
+  EXPECT_EQ(stats.steps, 1);
+  EXPECT_EQ(stats.timed_steps, 1);
+  // fc2's bucket ran 1.000-1.004, wholly before the pass returned; fc1's
+  // ran 1.010-1.014, of which 1.010-1.011 before.
+  EXPECT_NEAR(stats.allreduce_seconds, 0.008, 1e-9);
+  EXPECT_NEAR(stats.hidden_seconds, 0.005, 1e-9);
+  EXPECT_NEAR(stats.wait_seconds, 0.0, 1e-12);  // the fake clock stood still in Wait
+}
+
+TEST(Ddp, WithoutOverlapEveryAllReduceStartsAfterTheBackwardPass) {
+  torch::manual_seed(4);
+  Net net;
+  double clock = 0;
+  std::vector<std::string> log;
+  TimedCommunicator comm(&clock, 0.004, &log);
+  DdpOptions options;
+  options.first_bucket_cap_bytes = 20000;
+  options.bucket_cap_bytes = 20000;
+  options.overlap = false;
+  options.now = [&] { return clock; };
+  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm, options);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  TimedBackward(net, **ddp, &clock, &log);
+  EXPECT_EQ(log, (std::vector<std::string>{"hidden grad", "backward returned",
+                                           "allreduce 5130 at 1.011", "allreduce 401920 at 1.011"}));
+  const DdpStats& stats = (*ddp)->stats();
+  EXPECT_NEAR(stats.allreduce_seconds, 0.008, 1e-9);
+  EXPECT_EQ(stats.hidden_seconds, 0.0);
+}
+
+TEST(Ddp, WithoutOverlapTheGradientsAreTheSame) {
+  // Overlap changes when the all-reduces start, not what they reduce.
+  std::vector<torch::Tensor> grads[2];
+  for (bool overlap : {true, false}) {
+    torch::manual_seed(5);
+    Net net;
+    RecordingCommunicator comm([](const std::string&) {});
+    DdpOptions options;
+    options.first_bucket_cap_bytes = 20000;
+    options.bucket_cap_bytes = 20000;
+    options.overlap = overlap;
+    auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm, options);
+    ASSERT_TRUE(ddp.ok());
+    (*ddp)->PrepareBackward(true);
+    net.fc2(torch::relu(net.fc1(torch::randn({4, 784})))).sum().backward();
+    ASSERT_TRUE((*ddp)->FinishBackward().ok());
+    for (const torch::Tensor& p : net.Params()) grads[overlap].push_back(p.grad().clone());
+    // The recording fake's work has no times: no step is timed.
+    EXPECT_EQ((*ddp)->stats().steps, 1);
+    EXPECT_EQ((*ddp)->stats().timed_steps, 0);
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i]));
 }
 
 TEST(Ddp, AccumulatingStepsDoNotCommunicate) {

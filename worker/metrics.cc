@@ -32,6 +32,20 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
+std::string ModesToJson(const std::vector<TrainMetrics::ModeFigures>& modes) {
+  std::string out = "{";
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const TrainMetrics::ModeFigures& f = modes[i];
+    absl::StrAppend(&out, i > 0 ? ", " : "", Quote(f.mode), ": {\"steps\": ", f.steps,
+                    ", \"step_seconds_median\": ", Number(f.step_seconds_median),
+                    ", \"comm_wait_seconds\": ", Number(f.comm_wait_seconds),
+                    ", \"allreduce_timed_steps\": ", f.allreduce_timed_steps,
+                    ", \"allreduce_seconds\": ", Number(f.allreduce_seconds),
+                    ", \"allreduce_hidden_seconds\": ", Number(f.allreduce_hidden_seconds), "}");
+  }
+  return out + "}";
+}
+
 }  // namespace
 
 std::string MetricsToJson(const TrainMetrics& m) {
@@ -40,7 +54,15 @@ std::string MetricsToJson(const TrainMetrics& m) {
                       ", \"train_seconds\": ", Number(m.train_seconds),
                       ", \"samples_per_s\": ", Number(m.samples_per_s),
                       ", \"cpu_seconds\": ", Number(m.cpu_seconds),
+                      ", \"step_seconds_mean\": ", Number(m.step_seconds_mean),
+                      ", \"step_seconds_median\": ", Number(m.step_seconds_median),
+                      ", \"backward_seconds_mean\": ", Number(m.backward_seconds_mean),
                       ", \"comm_wait_seconds\": ", Number(m.comm_wait_seconds),
+                      ", \"allreduce_timed_steps\": ", m.allreduce_timed_steps,
+                      ", \"allreduce_seconds\": ", Number(m.allreduce_seconds),
+                      ", \"allreduce_hidden_seconds\": ", Number(m.allreduce_hidden_seconds),
+                      ", \"allreduce\": ", Quote(m.allreduce), ", \"hidden\": ", Quote(m.hidden),
+                      ", \"by_mode\": ", ModesToJson(m.by_mode),
                       ", \"test_accuracy\": ", m.test_accuracy < 0 ? "null" : Number(m.test_accuracy),
                       ", \"final_loss\": ", Number(m.final_loss),
                       ", \"restart_count\": ", m.restart_count,

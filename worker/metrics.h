@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 
@@ -26,8 +27,38 @@ struct TrainMetrics {
   // CPU time (user + system) all ranks' processes spent in the training
   // loop: samples / cpu_seconds compares implementations on a busy machine.
   double cpu_seconds = 0;
+  // Rank 0's wall seconds per batch: drawing the batch, forward, backward,
+  // the gradients' all-reduce and the optimizer step (progress and
+  // checkpoints not counted): mean and median (the median shrugs off a
+  // busy machine's stalls); and the backward call's mean.
+  double step_seconds_mean = 0;
+  double step_seconds_median = 0;
+  double backward_seconds_mean = 0;
   // Wall seconds rank 0 waited for gradient all-reduces after backward.
   double comm_wait_seconds = 0;
+  // Rank 0's gradient all-reduces: their own run time and the part of it
+  // that ran before the backward pass returned (hidden behind it), summed
+  // over the steps whose backend reports when a collective ran (Gloo and
+  // fake GPUs do, NCCL does not: then 0 steps).
+  int64_t allreduce_timed_steps = 0;
+  double allreduce_seconds = 0;
+  double allreduce_hidden_seconds = 0;
+  // "overlap", "after_backward", "off" or "rotate" (TrainConfig::allreduce).
+  std::string allreduce = "overlap";
+  // The same figures (rank 0's) per all-reduce mode the steps ran in: one
+  // entry, or three under "rotate".
+  struct ModeFigures {
+    std::string mode;
+    int64_t steps = 0;
+    double step_seconds_median = 0;
+    double comm_wait_seconds = 0;
+    int64_t allreduce_timed_steps = 0;
+    double allreduce_seconds = 0;
+    double allreduce_hidden_seconds = 0;
+  };
+  std::vector<ModeFigures> by_mode;
+  // The MLP's hidden widths, "512" or "1024,1024".
+  std::string hidden = "512";
   // On the t10k split, in [0, 1]; negative when not evaluated.
   double test_accuracy = -1;
   // Mean training loss over the last epoch trained, averaged over ranks.

@@ -41,12 +41,30 @@ TEST(Metrics, JsonHasTheRequiredKeys) {
   std::string json = MetricsToJson(m);
   for (const char* key : {"world_size", "epochs", "steps", "samples", "train_seconds",
                           "samples_per_s", "cpu_seconds", "test_accuracy", "final_loss", "restart_count",
-                          "resumed_from_step"}) {
+                          "resumed_from_step", "step_seconds_mean", "step_seconds_median", "backward_seconds_mean",
+                          "comm_wait_seconds", "allreduce_timed_steps", "allreduce_seconds",
+                          "allreduce_hidden_seconds", "allreduce", "hidden"}) {
     EXPECT_THAT(json, HasSubstr(std::string("\"") + key + "\": ")) << key;
   }
   EXPECT_THAT(json, HasSubstr("\"samples_per_s\": 3000"));
   EXPECT_THAT(json, HasSubstr("\"test_accuracy\": 0.85"));
   EXPECT_THAT(json, HasSubstr("fake-gpu:\\\"0\\\""));
+  EXPECT_THAT(json, HasSubstr("\"allreduce\": \"overlap\""));
+  EXPECT_THAT(json, HasSubstr("\"hidden\": \"512\""));
+  EXPECT_THAT(json, HasSubstr("\"by_mode\": {}"));
+  TrainMetrics::ModeFigures off;
+  off.mode = "off";
+  off.steps = 4;
+  TrainMetrics::ModeFigures overlap;
+  overlap.mode = "overlap";
+  overlap.allreduce_seconds = 0.25;
+  m.by_mode = {off, overlap};
+  EXPECT_THAT(MetricsToJson(m),
+              HasSubstr("\"by_mode\": {\"off\": {\"steps\": 4, \"step_seconds_median\": 0, "
+                        "\"comm_wait_seconds\": 0, \"allreduce_timed_steps\": 0, "
+                        "\"allreduce_seconds\": 0, \"allreduce_hidden_seconds\": 0}, "
+                        "\"overlap\": {\"steps\": 0"));
+  EXPECT_THAT(MetricsToJson(m), HasSubstr("\"allreduce_seconds\": 0.25, "));
   m.test_accuracy = -1;
   EXPECT_THAT(MetricsToJson(m), HasSubstr("\"test_accuracy\": null"));
 }

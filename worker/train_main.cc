@@ -45,6 +45,7 @@ struct Flags {
   std::string data_cache;
   int64_t limit = 0;
   double bucket_cap_mb = 25;
+  std::string allreduce = "overlap";
   double heartbeat_interval = 1.0;
   double comm_timeout = 300;
   std::string metrics_json;
@@ -117,6 +118,9 @@ int Run(const Flags& flags, Reporting& reporting) {
 
   TrainConfig config = flags.train;
   config.bucket_cap_bytes = static_cast<int64_t>(flags.bucket_cap_mb * (1 << 20));
+  absl::StatusOr<AllReduceMode> allreduce = ParseAllReduceMode(flags.allreduce);
+  if (!allreduce.ok()) return Fail(reporting, "InvalidArgument", std::string(allreduce.status().message()), "flags");
+  config.allreduce = *allreduce;
   config.restart_count = env->restart_count;
   // Fault injection kills the first attempt only, so that a restarted
   // group (TORCHELASTIC_RESTART_COUNT > 0) runs to the end.
@@ -194,6 +198,13 @@ int Run(const Flags& flags, Reporting& reporting) {
                 env->world_size, (*comm)->backend().c_str(), static_cast<long long>(train->size()),
                 static_cast<long long>(config.batch_size), static_cast<long long>(config.epochs),
                 FormatStartup(startup).c_str());
+    if ((config.allreduce == AllReduceMode::kOff || config.allreduce == AllReduceMode::kRotate) &&
+        env->world_size > 1) {
+      std::printf("train: --allreduce %s: gradients are not averaged on %s, the replicas drift "
+                  "apart (a benchmark, not data parallelism)\n",
+                  AllReduceModeName(config.allreduce),
+                  config.allreduce == AllReduceMode::kOff ? "any step" : "every third step");
+    }
     std::fflush(stdout);
   }
   absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
@@ -241,6 +252,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup_steps", flags.train.warmup_steps, "optimizer steps of warm-up under --scale_lr")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--bucket_cap_mb", flags.bucket_cap_mb, "DDP bucket size cap in MB")->check(CLI::PositiveNumber);
+  app.add_option("--allreduce", flags.allreduce,
+                 "when DDP all-reduces the gradients: overlap (during the backward pass), "
+                 "after_backward, off (no averaging), or rotate (the three in turn, a step each); "
+                 "all but overlap are for benchmarks")
+      ->check(CLI::IsMember({"overlap", "after_backward", "off", "rotate"}));
+  app.add_option("--hidden", flags.train.hidden,
+                 "the MLP's hidden layer widths, comma-separated (the seed's: 512)")
+      ->delimiter(',')
+      ->expected(1, 16);
   app.add_option("--checkpoint_dir", flags.train.checkpoint_dir, "where rank 0 writes checkpoints (empty: none)");
   app.add_option("--checkpoint_every", flags.train.checkpoint_every,
                  "optimizer steps between checkpoints (0: only at epoch ends)")->check(CLI::NonNegativeNumber);

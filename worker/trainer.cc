@@ -7,11 +7,14 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"
 #include "worker/sampler.h"
@@ -24,6 +27,9 @@ namespace {
 constexpr int64_t kInputs = 784;
 constexpr int64_t kHidden = 512;
 constexpr int64_t kClasses = 10;
+// Bounds on --hidden: a typo must not allocate the machine away.
+constexpr size_t kMaxHiddenLayers = 16;
+constexpr int64_t kMaxHiddenWidth = 16384;
 
 #define CPPTORCHRUN_RETURN_IF_ERROR(expr)       \
   do {                                          \
@@ -31,13 +37,25 @@ constexpr int64_t kClasses = 10;
     if (!status_.ok()) return status_;          \
   } while (false)
 
-// The seed's model: Linear(784, 512), ReLU, Linear(512, 10).
+// The seed's model, Linear(784, 512), ReLU, Linear(512, 10), or with other
+// hidden widths: Linear layers fc1, fc2, ... with a ReLU between them.
 struct MlpImpl : torch::nn::Module {
-  MlpImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(kInputs, kHidden))),
-        fc2(register_module("fc2", torch::nn::Linear(kHidden, kClasses))) {}
+  explicit MlpImpl(const std::vector<int64_t>& hidden) {
+    int64_t in = kInputs;
+    for (size_t i = 0; i <= hidden.size(); ++i) {
+      const int64_t out = i < hidden.size() ? hidden[i] : kClasses;
+      layers.push_back(register_module(absl::StrCat("fc", i + 1), torch::nn::Linear(in, out)));
+      in = out;
+    }
+  }
 
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::Tensor forward(torch::Tensor x) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      x = layers[i](x);
+      if (i + 1 < layers.size()) x = torch::relu(x);
+    }
+    return x;
+  }
 
   // PyTorch's default Linear initialisation (uniform in +-1/sqrt(fan_in)
   // for weight and bias), drawn from a generator of our own so that
@@ -45,15 +63,14 @@ struct MlpImpl : torch::nn::Module {
   void Initialise(uint64_t seed) {
     torch::NoGradGuard no_grad;
     at::Generator generator = at::detail::createCPUGenerator(seed);
-    for (torch::nn::Linear& layer : {std::ref(fc1), std::ref(fc2)}) {
+    for (torch::nn::Linear& layer : layers) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(layer->weight.size(1)));
       layer->weight.uniform_(-bound, bound, generator);
       layer->bias.uniform_(-bound, bound, generator);
     }
   }
 
-  torch::nn::Linear fc1;
-  torch::nn::Linear fc2;
+  std::vector<torch::nn::Linear> layers;
 };
 TORCH_MODULE(Mlp);
 
@@ -245,6 +262,24 @@ double ProcessCpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
+// The median (the upper one of an even count); 0 for none. Reorders.
+double Median(std::vector<double>& values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  return values[mid];
+}
+
+// --allreduce rotate's order, by optimizer step.
+constexpr AllReduceMode kRotation[] = {AllReduceMode::kOff, AllReduceMode::kAfterBackward,
+                                       AllReduceMode::kOverlap};
+
+// One all-reduce mode's share of a run: its steps' times and DDP figures.
+struct ModeTally {
+  std::vector<double> step_seconds;
+  DdpStats ddp;
+};
+
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -252,6 +287,29 @@ double SteadySeconds() {
 }  // namespace
 
 void SetTorchThreads(int threads) { torch::set_num_threads(std::max(1, threads)); }
+
+const char* AllReduceModeName(AllReduceMode mode) {
+  switch (mode) {
+    case AllReduceMode::kOverlap:
+      return "overlap";
+    case AllReduceMode::kAfterBackward:
+      return "after_backward";
+    case AllReduceMode::kOff:
+      return "off";
+    case AllReduceMode::kRotate:
+      return "rotate";
+  }
+  return "?";
+}
+
+absl::StatusOr<AllReduceMode> ParseAllReduceMode(const std::string& name) {
+  for (AllReduceMode mode : {AllReduceMode::kOverlap, AllReduceMode::kAfterBackward,
+                             AllReduceMode::kOff, AllReduceMode::kRotate}) {
+    if (name == AllReduceModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--allreduce must be overlap, after_backward, off or rotate, got \"", name, "\""));
+}
 
 absl::Status ValidateConfig(const TrainConfig& c) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
@@ -265,6 +323,14 @@ absl::Status ValidateConfig(const TrainConfig& c) {
   if (c.bucket_cap_bytes < 1) return bad("--bucket_cap_mb must be positive");
   if (c.checkpoint_every < 0) return bad("--checkpoint_every must not be negative");
   if (c.keep_checkpoints < 1) return bad("--keep_checkpoints must be at least 1");
+  if (c.hidden.size() > kMaxHiddenLayers) {
+    return bad(absl::StrCat("--hidden has ", c.hidden.size(), " layers, at most ", kMaxHiddenLayers));
+  }
+  for (int64_t width : c.hidden) {
+    if (width < 1 || width > kMaxHiddenWidth) {
+      return bad(absl::StrCat("--hidden widths must be in [1, ", kMaxHiddenWidth, "], got ", width));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -286,13 +352,14 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
                           });
   auto now = deps.now ? deps.now : std::function<double()>(SteadySeconds);
 
-  Mlp model;
+  Mlp model(config.hidden);
   model->Initialise(config.seed);
   std::vector<torch::Tensor> params = model->parameters();
   torch::optim::Adam optimizer(params, torch::optim::AdamOptions(config.lr));
   DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes = config.bucket_cap_bytes;
   ddp_options.first_bucket_cap_bytes = config.first_bucket_cap_bytes;
+  ddp_options.overlap = config.allreduce == AllReduceMode::kOverlap;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Create(params, model->buffers(), &comm, ddp_options);
   if (!ddp.ok()) return ddp.status();
@@ -306,6 +373,8 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   metrics.epochs = config.epochs;
   metrics.restart_count = config.restart_count;
   metrics.backend = comm.backend();
+  metrics.allreduce = AllReduceModeName(config.allreduce);
+  metrics.hidden = absl::StrJoin(config.hidden, ",");
   if (*resumed) {
     metrics.resumed_from_step = pos.global_step;
     for (TrainObserver* o : deps.observers) o->OnResumed(pos.global_step);
@@ -342,6 +411,9 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   const double cpu_start = ProcessCpuSeconds();
   int64_t run_batches = 0;
   int64_t local_samples = 0;
+  std::vector<double> step_seconds;
+  double backward_seconds = 0;
+  ModeTally tallies[3];  // indexed as kRotation
   double last_epoch_loss = std::nan("");
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.samples_in_epoch = 0) {
     sampler.SetEpoch(pos.epoch);
@@ -359,10 +431,24 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
       const int64_t window = std::min(config.grad_accum_steps, batches - window_start);
       const bool sync = b == window_start + window - 1;
 
-      (*ddp)->PrepareBackward(sync);
+      // Rotating, a whole accumulation window (one optimizer step) runs in
+      // one mode, the same on every rank.
+      const size_t mode_index =
+          config.allreduce == AllReduceMode::kRotate
+              ? static_cast<size_t>(pos.opt_step % 3)
+              : static_cast<size_t>(std::find(std::begin(kRotation), std::end(kRotation),
+                                              config.allreduce) - std::begin(kRotation));
+      const AllReduceMode mode = kRotation[mode_index];
+      const DdpStats ddp_before = (*ddp)->stats();
+      const double step_start = now();
+      (*ddp)->set_overlap(mode == AllReduceMode::kOverlap);
+      // With the all-reduce off, every step is a local one to DDP.
+      (*ddp)->PrepareBackward(sync && mode != AllReduceMode::kOff);
       torch::Tensor loss = torch::nn::functional::cross_entropy(
           model->forward(Rows(images, rows)), labels.index_select(0, rows));
+      const double backward_start = now();
       (window > 1 ? loss / static_cast<double>(window) : loss).backward();
+      backward_seconds += now() - backward_start;
       CPPTORCHRUN_RETURN_IF_ERROR((*ddp)->FinishBackward());
       if (sync) {
         adam_options.lr(LearningRate(schedule, pos.opt_step));
@@ -370,6 +456,14 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
         for (torch::Tensor& p : params) p.mutable_grad().reset();
         ++pos.opt_step;
       }
+      step_seconds.push_back(now() - step_start);
+      ModeTally& tally = tallies[mode_index];
+      tally.step_seconds.push_back(step_seconds.back());
+      const DdpStats& ddp_after = (*ddp)->stats();
+      tally.ddp.wait_seconds += ddp_after.wait_seconds - ddp_before.wait_seconds;
+      tally.ddp.timed_steps += ddp_after.timed_steps - ddp_before.timed_steps;
+      tally.ddp.allreduce_seconds += ddp_after.allreduce_seconds - ddp_before.allreduce_seconds;
+      tally.ddp.hidden_seconds += ddp_after.hidden_seconds - ddp_before.hidden_seconds;
       const double loss_value = loss.item<double>();
       loss_sum += loss_value;
       ++loss_count;
@@ -423,7 +517,31 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   metrics.train_seconds = seconds;
   metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
   metrics.cpu_seconds = cpu_seconds;
-  metrics.comm_wait_seconds = (*ddp)->wait_seconds();
+  if (!step_seconds.empty()) {
+    double sum = 0;
+    for (double t : step_seconds) sum += t;
+    metrics.step_seconds_mean = sum / step_seconds.size();
+    metrics.step_seconds_median = Median(step_seconds);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    ModeTally& tally = tallies[i];
+    if (tally.step_seconds.empty()) continue;
+    TrainMetrics::ModeFigures figures;
+    figures.mode = AllReduceModeName(kRotation[i]);
+    figures.steps = static_cast<int64_t>(tally.step_seconds.size());
+    figures.step_seconds_median = Median(tally.step_seconds);
+    figures.comm_wait_seconds = tally.ddp.wait_seconds;
+    figures.allreduce_timed_steps = tally.ddp.timed_steps;
+    figures.allreduce_seconds = tally.ddp.allreduce_seconds;
+    figures.allreduce_hidden_seconds = tally.ddp.hidden_seconds;
+    metrics.by_mode.push_back(figures);
+  }
+  metrics.backward_seconds_mean = run_batches > 0 ? backward_seconds / run_batches : 0;
+  const DdpStats& ddp_stats = (*ddp)->stats();
+  metrics.comm_wait_seconds = ddp_stats.wait_seconds;
+  metrics.allreduce_timed_steps = ddp_stats.timed_steps;
+  metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
+  metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
   metrics.final_loss = loss;
   if (deps.test != nullptr) {
     absl::StatusOr<double> accuracy = Evaluate(model, *deps.test, comm);

@@ -1,4 +1,5 @@
-// The training loop of the seed: Linear(784, 512), ReLU, Linear(512, 10);
+// The training loop of the seed: Linear(784, 512), ReLU, Linear(512, 10)
+// (or more hidden layers, TrainConfig::hidden);
 // Adam; cross-entropy; the distributed sampler; DDP over the injected
 // communicator; checkpoints and resume; test accuracy at the end. The
 // header is torch-free so that main and tests stay cheap to compile.
@@ -17,6 +18,19 @@
 
 namespace cpptorchrun::worker {
 
+// When DDP all-reduces the gradients: during the backward pass (DDP's
+// way), after it (to measure what the overlap saves), or not at all (each
+// rank trains its own replica on its shard: the step time without DDP);
+// or the three in turn, step by step: off, after_backward, overlap, off,
+// ... (the DDP benchmark's A/B/C within one run, so that a busy machine
+// slows all three alike). All but the first are for benchmarks.
+enum class AllReduceMode { kOverlap, kAfterBackward, kOff, kRotate };
+
+// "overlap", "after_backward", "off", "rotate".
+const char* AllReduceModeName(AllReduceMode mode);
+// The inverse; InvalidArgument naming the flag and the choices.
+absl::StatusOr<AllReduceMode> ParseAllReduceMode(const std::string& name);
+
 struct TrainConfig {
   int64_t epochs = 10;
   int64_t batch_size = 64;  // per rank
@@ -30,6 +44,11 @@ struct TrainConfig {
   int64_t warmup_steps = 100;
   int64_t bucket_cap_bytes = int64_t{25} << 20;
   int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+  AllReduceMode allreduce = AllReduceMode::kOverlap;
+  // The MLP's hidden layer widths, each followed by a ReLU: the seed's is
+  // one layer of 512. Deeper models give DDP more than one bucket to
+  // overlap (the DDP benchmark uses one).
+  std::vector<int64_t> hidden = {512};
   // Empty: no checkpoints. Rank 0 writes every `checkpoint_every` optimizer
   // steps (0: only at epoch ends) and at each epoch's end, keeping
   // `keep_checkpoints`.

@@ -1,7 +1,8 @@
 // Tests of the training loop on a small synthetic data set: DDP
 // equivalence (two ranks of batch 32 = one of batch 64), gradient
 // accumulation, resume after a simulated kill (same final parameters),
-// fallback past a corrupt checkpoint, and re-sharding over a new world size.
+// fallback past a corrupt checkpoint, re-sharding over a new world size,
+// the all-reduce modes of the DDP benchmark, and deeper models.
 #include "worker/trainer.h"
 
 #include <unistd.h>
@@ -55,8 +56,9 @@ struct Outcome {
   TrainMetrics metrics;
   std::vector<float> params;
   std::vector<std::string> warnings;
-  // Every rank's status (multi-rank runs).
+  // Every rank's status and final parameters (multi-rank runs).
   std::vector<absl::Status> rank_status;
+  std::vector<std::vector<float>> rank_params;
 };
 
 // Trains on `world` ranks (threads, Gloo on loopback; a single-process
@@ -102,8 +104,14 @@ Outcome TrainOn(int world, TrainConfig config, const Dataset& train, const Datas
     });
   }
   for (auto& t : threads) t.join();
-  for (int rank = 0; rank < world; ++rank) runs[0].rank_status.push_back(runs[rank].status);
-  for (int rank = 1; rank < world; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
+    runs[0].rank_status.push_back(runs[rank].status);
+    runs[0].rank_params.push_back(runs[rank].params);
+  }
+  // Replicas stay equal, unless the all-reduce is (at times) off.
+  const bool averaged =
+      config.allreduce != AllReduceMode::kOff && config.allreduce != AllReduceMode::kRotate;
+  for (int rank = 1; rank < world && averaged; ++rank) {
     if (runs[rank].status.ok() && runs[0].status.ok()) {
       EXPECT_EQ(runs[rank].params, runs[0].params) << "rank " << rank << " diverged";
     }
@@ -252,6 +260,105 @@ TEST(Trainer, AnUnusableCheckpointFailsEveryRankPromptly) {
   EXPECT_THAT(run.rank_status[1].message(), HasSubstr("rank 0 could not restore"));
 }
 
+TEST(Trainer, AllReduceAfterTheBackwardPassGivesTheSameModel) {
+  // Overlap changes when the gradients travel, not the training.
+  Dataset data = Synthetic(640, 11);
+  TrainConfig config = Small();
+  config.batch_size = 32;
+  config.hidden = {64, 32};  // three buckets at a 4 KB cap
+  config.bucket_cap_bytes = 4096;
+  config.first_bucket_cap_bytes = 4096;
+  Outcome overlap = TrainOn(2, config, data);
+  config.allreduce = AllReduceMode::kAfterBackward;
+  Outcome after = TrainOn(2, config, data);
+  ASSERT_TRUE(overlap.status.ok()) << overlap.status;
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(overlap.params, after.params);
+  EXPECT_EQ(after.metrics.allreduce, "after_backward");
+  EXPECT_EQ(after.metrics.hidden, "64,32");
+  // Gloo tells when each all-reduce ran: every step is timed, and the
+  // hidden part is a part. Launched after the backward pass, none is hidden.
+  for (const TrainMetrics& m : {overlap.metrics, after.metrics}) {
+    EXPECT_EQ(m.allreduce_timed_steps, m.steps);
+    EXPECT_GT(m.allreduce_seconds, 0);
+    EXPECT_GE(m.allreduce_hidden_seconds, 0);
+    EXPECT_LE(m.allreduce_hidden_seconds, m.allreduce_seconds);
+    EXPECT_GT(m.step_seconds_mean, m.backward_seconds_mean);
+    EXPECT_GT(m.step_seconds_median, 0);
+    EXPECT_GT(m.backward_seconds_mean, 0);
+  }
+  EXPECT_EQ(after.metrics.allreduce_hidden_seconds, 0);
+  ASSERT_EQ(after.metrics.by_mode.size(), 1u);
+  EXPECT_EQ(after.metrics.by_mode[0].mode, "after_backward");
+  EXPECT_EQ(after.metrics.by_mode[0].steps, after.metrics.steps);
+}
+
+TEST(Trainer, AllReduceOffTrainsEachReplicaOnItsShard) {
+  Dataset data = Synthetic(640, 12);
+  TrainConfig config = Small();
+  config.batch_size = 32;
+  config.allreduce = AllReduceMode::kOff;
+  Outcome off = TrainOn(2, config, data);
+  ASSERT_TRUE(off.status.ok()) << off.status;
+  ASSERT_EQ(off.rank_params.size(), 2u);
+  // Same start (rank 0's broadcast), different shards, no averaging.
+  EXPECT_GT(MaxAbsDiff(off.rank_params[0], off.rank_params[1]), 1e-4f);
+  EXPECT_EQ(off.metrics.allreduce_timed_steps, 0);
+  EXPECT_EQ(off.metrics.comm_wait_seconds, 0);
+  EXPECT_EQ(off.metrics.steps, 10);
+  EXPECT_EQ(off.metrics.allreduce, "off");
+}
+
+TEST(Trainer, RotateRunsEachModeOnEveryThirdStepAndTalliesThemApart) {
+  Dataset data = Synthetic(768, 14);
+  TrainConfig config = Small();
+  config.batch_size = 32;  // 12 steps: 4 in each mode
+  config.allreduce = AllReduceMode::kRotate;
+  Outcome run = TrainOn(2, config, data);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(run.metrics.steps, 12);
+  ASSERT_EQ(run.metrics.by_mode.size(), 3u);
+  const auto& off = run.metrics.by_mode[0];
+  const auto& after = run.metrics.by_mode[1];
+  const auto& overlap = run.metrics.by_mode[2];
+  EXPECT_EQ(off.mode, "off");
+  EXPECT_EQ(after.mode, "after_backward");
+  EXPECT_EQ(overlap.mode, "overlap");
+  for (const auto& f : run.metrics.by_mode) {
+    EXPECT_EQ(f.steps, 4) << f.mode;
+    EXPECT_GT(f.step_seconds_median, 0) << f.mode;
+  }
+  // No all-reduce on the off steps; every other step's is timed (Gloo).
+  EXPECT_EQ(off.allreduce_timed_steps, 0);
+  EXPECT_EQ(off.allreduce_seconds, 0);
+  EXPECT_EQ(off.comm_wait_seconds, 0);
+  EXPECT_EQ(after.allreduce_timed_steps, 4);
+  EXPECT_EQ(overlap.allreduce_timed_steps, 4);
+  EXPECT_EQ(after.allreduce_hidden_seconds, 0);
+  EXPECT_LE(overlap.allreduce_hidden_seconds, overlap.allreduce_seconds);
+  EXPECT_EQ(run.metrics.allreduce_timed_steps, 8);
+  // Off steps left the replicas apart.
+  ASSERT_EQ(run.rank_params.size(), 2u);
+  EXPECT_GT(MaxAbsDiff(run.rank_params[0], run.rank_params[1]), 1e-5f);
+}
+
+TEST(Trainer, HiddenLayersShapeTheModelAndGuardTheCheckpoint) {
+  Dataset data = Synthetic(256, 13);
+  TrainConfig config = Small();
+  config.hidden = {16, 8};
+  config.checkpoint_dir = FreshDir("hidden");
+  Outcome deep = TrainOn(1, config, data);
+  ASSERT_TRUE(deep.status.ok()) << deep.status;
+  // 784x16 + 16, 16x8 + 8, 8x10 + 10.
+  EXPECT_EQ(deep.params.size(), 784u * 16 + 16 + 16 * 8 + 8 + 8 * 10 + 10);
+  // Resuming that checkpoint into the seed's model fails and says why.
+  TrainConfig seed = Small();
+  seed.checkpoint_dir = config.checkpoint_dir;
+  Outcome mismatch = TrainOn(1, seed, data);
+  EXPECT_EQ(mismatch.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(mismatch.status.message(), HasSubstr("another shape"));
+}
+
 TEST(Trainer, RejectsBadConfig) {
   TrainConfig config;
   config.batch_size = 0;
@@ -259,6 +366,13 @@ TEST(Trainer, RejectsBadConfig) {
   config = TrainConfig();
   config.grad_accum_steps = 0;
   EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--grad_accum_steps"));
+  config = TrainConfig();
+  config.hidden = {512, 0};
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--hidden widths must be in [1, 16384], got 0"));
+  config.hidden.assign(17, 8);
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--hidden has 17 layers, at most 16"));
+  EXPECT_EQ(ParseAllReduceMode("after_backward").value(), AllReduceMode::kAfterBackward);
+  EXPECT_THAT(ParseAllReduceMode("later").status().message(), HasSubstr("got \"later\""));
   Dataset data = Synthetic(10, 9);
   data.images.cols = 27;
   data.images.pixels.resize(10 * 28 * 27);
