@@ -9,10 +9,11 @@ At world 2 (Gloo on loopback) each model is trained with `train
                   pass returns: DDP with nothing hidden;
   overlap         DDP's way (the default): a bucket's all-reduce starts as
                   soon as its gradients are in, during the backward pass.
-The three alternate step by step within one run, so that a busy machine
-slows them alike (separate runs differed by 15% on the same mode). Beside
+The three alternate in blocks of four steps within one run, so that a busy
+machine slows them alike (separate runs differed by 15% on the same mode);
+see worker/trainer.cc for why blocks. Beside
 it the Python reference (bench/reference_ddp.py, PyTorch's DDP under
-torchrun, --allreduce rotate: no_sync() on every other step).
+torchrun, --allreduce rotate: no_sync() and DDP in blocks of four steps).
 
 Figures, per model and round:
   <mode>/step_ms        rank 0's median batch in that mode: getting the
@@ -123,7 +124,7 @@ def section_ddp(ctx, res):
             res.note("ddp", "%s: %s (medians)" % (model, "; ".join(summary)))
         if torch_ok and not reference:
             res.note("ddp", "%s: Python reference left out of --quick (the full run has it)" % model)
-    res.note("ddp", "modes (train --allreduce rotate, a step each in turn): off = no all-reduce "
+    res.note("ddp", "modes (train --allreduce rotate, in turn, 4 steps each): off = no all-reduce "
                     "(Python: no_sync()); after_backward = every all-reduce after the backward pass; "
                     "overlap = DDP's default. Definitions: bench/ddp_bench.py")
     if not torch_ok:

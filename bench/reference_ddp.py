@@ -19,7 +19,7 @@ its first step.
 For the DDP benchmark, --hidden gives other hidden widths, --bucket_cap_mb
 DDP's bucket cap, and --allreduce off runs every step under no_sync() (each
 rank trains on its own: the step time without DDP's all-reduce), rotate
-every other step.
+in blocks of four steps with and without.
 
     /usr/bin/python3 bench/torchrun_ref.py --standalone --nproc_per_node=2 \
         bench/reference_ddp.py --epochs 1 --metrics_json /tmp/ref.json
@@ -72,7 +72,7 @@ def main():
     parser.add_argument("--bucket_cap_mb", type=float, default=25)
     parser.add_argument("--allreduce", choices=("overlap", "off", "rotate"), default="overlap",
                         help="off: every step under DDP's no_sync() (no all-reduce); rotate: off and "
-                             "overlap step by step (the DDP benchmark's A/B within one run)")
+                             "overlap in blocks of 4 steps (the DDP benchmark's A/B within one run)")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -131,7 +131,8 @@ def main():
         batches = skip_batches if epoch == start_epoch else 0
         step_start = time.perf_counter()
         for X, y in loader:
-            mode = ("off", "overlap")[step % 2] if args.allreduce == "rotate" else args.allreduce
+            # rotate: blocks of 4 steps, as `train --allreduce rotate` (why: worker/trainer.cc)
+            mode = ("off", "overlap")[step // 4 % 2] if args.allreduce == "rotate" else args.allreduce
             with model.no_sync() if mode == "off" else contextlib.nullcontext():
                 loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
                 optimizer.zero_grad()

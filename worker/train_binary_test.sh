@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the `train` binary as a world of one: flags, metrics
 # JSON, a run killed mid-epoch (fault injection) leaving a torchrun error
-# file, the resumed run ending where an uninterrupted one ends, and clear
-# errors for a bad data folder and an unusable backend.
+# file, the resumed run ending where an uninterrupted one ends, the DDP
+# benchmark's flags, and clear errors for a bad data folder, bad flags and
+# an unusable backend.
 set -euo pipefail
 train="$1"
 data="${CPPTORCHRUN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
@@ -51,6 +52,16 @@ if "$train" --data_dir "$data" --limit 64 --epochs 1 --backend nccl > "$tmp/nccl
 else
   grep -q "no CUDA device\|built without CUDA" "$tmp/nccl.log" || fail "nccl error: $(cat "$tmp/nccl.log")"
 fi
+# The DDP benchmark's flags: a deeper model, the modes in turn, figures per mode.
+"$train" --data_dir "$data" --limit 640 --epochs 1 --progress none --hidden 32,16 --allreduce rotate \
+  --metrics_json "$tmp/rotate.json" > "$tmp/rotate.log"
+grep -q '"hidden": "32,16"' "$tmp/rotate.json" || fail "hidden: $(cat "$tmp/rotate.json")"
+grep -q '"by_mode": {"off": {"steps": 4, .*"after_backward": {"steps": 4, .*"overlap": {"steps": 2' \
+  "$tmp/rotate.json" || fail "by_mode: $(cat "$tmp/rotate.json")"
+if "$train" --hidden 32,0 --data_dir "$data" --limit 64 > "$tmp/hidden.log" 2>&1; then fail "--hidden 32,0 exited 0"; fi
+grep -q -- "--hidden widths must be in \[1, 16384\], got 0" "$tmp/hidden.log" || fail "hidden: $(cat "$tmp/hidden.log")"
+if "$train" --allreduce later > "$tmp/mode.log" 2>&1; then fail "--allreduce later exited 0"; fi
+grep -q -- "--allreduce: later not in" "$tmp/mode.log" || fail "allreduce: $(cat "$tmp/mode.log")"
 WORLD_SIZE=2 RANK=1 "$train" --data_dir "$data" --limit 64 > "$tmp/world.log" 2>&1 && fail "WORLD_SIZE=2 without a store exited 0"
 grep -q "CPPTORCHRUN_RDZV_ENDPOINT is not set" "$tmp/world.log" || fail "world 2: $(cat "$tmp/world.log")"
 echo PASS

@@ -203,7 +203,7 @@ int Run(const Flags& flags, Reporting& reporting) {
       std::printf("train: --allreduce %s: gradients are not averaged on %s, the replicas drift "
                   "apart (a benchmark, not data parallelism)\n",
                   AllReduceModeName(config.allreduce),
-                  config.allreduce == AllReduceMode::kOff ? "any step" : "every third step");
+                  config.allreduce == AllReduceMode::kOff ? "any step" : "a third of the steps");
     }
     std::fflush(stdout);
   }
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket_cap_mb", flags.bucket_cap_mb, "DDP bucket size cap in MB")->check(CLI::PositiveNumber);
   app.add_option("--allreduce", flags.allreduce,
                  "when DDP all-reduces the gradients: overlap (during the backward pass), "
-                 "after_backward, off (no averaging), or rotate (the three in turn, a step each); "
+                 "after_backward, off (no averaging), or rotate (the three in turn, 4 steps each); "
                  "all but overlap are for benchmarks")
       ->check(CLI::IsMember({"overlap", "after_backward", "off", "rotate"}));
   app.add_option("--hidden", flags.train.hidden,

@@ -270,9 +270,14 @@ double Median(std::vector<double>& values) {
   return values[mid];
 }
 
-// --allreduce rotate's order, by optimizer step.
+// --allreduce rotate's order, kRotationBlock optimizer steps in each mode.
+// Blocks, not single steps: the ranks drift apart on steps without an
+// all-reduce, and the next all-reduce waits for the slower one; step by
+// step that wait would always fall on the mode after "off". In blocks it
+// falls on a block's first step, which the per-mode median leaves out.
 constexpr AllReduceMode kRotation[] = {AllReduceMode::kOff, AllReduceMode::kAfterBackward,
                                        AllReduceMode::kOverlap};
+constexpr int64_t kRotationBlock = 4;
 
 // One all-reduce mode's share of a run: its steps' times and DDP figures.
 struct ModeTally {
@@ -435,7 +440,7 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
       // one mode, the same on every rank.
       const size_t mode_index =
           config.allreduce == AllReduceMode::kRotate
-              ? static_cast<size_t>(pos.opt_step % 3)
+              ? static_cast<size_t>(pos.opt_step / kRotationBlock % 3)
               : static_cast<size_t>(std::find(std::begin(kRotation), std::end(kRotation),
                                               config.allreduce) - std::begin(kRotation));
       const AllReduceMode mode = kRotation[mode_index];

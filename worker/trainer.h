@@ -21,9 +21,10 @@ namespace cpptorchrun::worker {
 // When DDP all-reduces the gradients: during the backward pass (DDP's
 // way), after it (to measure what the overlap saves), or not at all (each
 // rank trains its own replica on its shard: the step time without DDP);
-// or the three in turn, step by step: off, after_backward, overlap, off,
-// ... (the DDP benchmark's A/B/C within one run, so that a busy machine
-// slows all three alike). All but the first are for benchmarks.
+// or the three in turn, four optimizer steps each: off, after_backward,
+// overlap, off, ... (the DDP benchmark's A/B/C within one run, so that a
+// busy machine slows all three alike). All but the first are for
+// benchmarks.
 enum class AllReduceMode { kOverlap, kAfterBackward, kOff, kRotate };
 
 // "overlap", "after_backward", "off", "rotate".

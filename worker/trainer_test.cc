@@ -309,10 +309,10 @@ TEST(Trainer, AllReduceOffTrainsEachReplicaOnItsShard) {
   EXPECT_EQ(off.metrics.allreduce, "off");
 }
 
-TEST(Trainer, RotateRunsEachModeOnEveryThirdStepAndTalliesThemApart) {
+TEST(Trainer, RotateRunsTheModesInBlocksAndTalliesThemApart) {
   Dataset data = Synthetic(768, 14);
   TrainConfig config = Small();
-  config.batch_size = 32;  // 12 steps: 4 in each mode
+  config.batch_size = 32;  // 12 steps: a block of 4 in each mode
   config.allreduce = AllReduceMode::kRotate;
   Outcome run = TrainOn(2, config, data);
   ASSERT_TRUE(run.status.ok()) << run.status;
