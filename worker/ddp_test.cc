@@ -144,17 +144,24 @@ void TimedBackward(Net& net, DistributedDataParallel& ddp, double* clock,
   ASSERT_TRUE(ddp.FinishBackward().ok());
 }
 
+// Two buckets, fc2 first, then fc1 (as above), timed on `clock`.
+DdpOptions TwoBucketsOnClock(const double* clock, bool overlap) {
+  DdpOptions options;
+  options.first_bucket_cap_bytes = 20000;
+  options.bucket_cap_bytes = 20000;
+  options.overlap = overlap;
+  options.now = [clock] { return *clock; };
+  return options;
+}
+
 TEST(Ddp, CountsTheAllReduceTimeTheBackwardPassHides) {
   torch::manual_seed(3);
   Net net;
   double clock = 0;
   std::vector<std::string> log;
   TimedCommunicator comm(&clock, 0.004, &log);
-  DdpOptions options;
-  options.first_bucket_cap_bytes = 20000;  // fc2 first, then fc1 (as above)
-  options.bucket_cap_bytes = 20000;
-  options.now = [&] { return clock; };
-  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm, options);
+  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm,
+                                             TwoBucketsOnClock(&clock, /*overlap=*/true));
   ASSERT_TRUE(ddp.ok()) << ddp.status();
   TimedBackward(net, **ddp, &clock, &log);
   EXPECT_EQ(log, (std::vector<std::string>{"allreduce 5130 at 1", "hidden grad",
@@ -175,12 +182,8 @@ TEST(Ddp, WithoutOverlapEveryAllReduceStartsAfterTheBackwardPass) {
   double clock = 0;
   std::vector<std::string> log;
   TimedCommunicator comm(&clock, 0.004, &log);
-  DdpOptions options;
-  options.first_bucket_cap_bytes = 20000;
-  options.bucket_cap_bytes = 20000;
-  options.overlap = false;
-  options.now = [&] { return clock; };
-  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm, options);
+  auto ddp = DistributedDataParallel::Create(net.Params(), {}, &comm,
+                                             TwoBucketsOnClock(&clock, /*overlap=*/false));
   ASSERT_TRUE(ddp.ok()) << ddp.status();
   TimedBackward(net, **ddp, &clock, &log);
   EXPECT_EQ(log, (std::vector<std::string>{"hidden grad", "backward returned",
