@@ -25,7 +25,6 @@ namespace cpptorchrun::worker {
 namespace {
 
 constexpr int64_t kInputs = 784;
-constexpr int64_t kHidden = 512;
 constexpr int64_t kClasses = 10;
 // Bounds on --hidden: a typo must not allocate the machine away.
 constexpr size_t kMaxHiddenLayers = 16;
