@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import tempfile
 import unittest
 
 import harness
@@ -25,7 +24,7 @@ class FaultsTest(unittest.TestCase):
     def setUp(self):
         self.cluster = harness.Cluster(3)
         self.addCleanup(self.cluster.close)
-        self.work = tempfile.mkdtemp(prefix="cpt-faults-")
+        self.work = jobs.work_dir(self, "cpt-faults-")
         self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
         self.run_id = "faults-%06x" % random.getrandbits(24)
         self.ckpt = os.path.join(self.work, "ckpt")

@@ -9,7 +9,6 @@ padding (fewer than the world size per re-shard).
 """
 import os
 import random
-import tempfile
 import unittest
 
 import harness
@@ -24,7 +23,7 @@ class JoinTest(unittest.TestCase):
     def test_third_node_joins(self):
         cluster = harness.Cluster(4)
         self.addCleanup(cluster.close)
-        work = tempfile.mkdtemp(prefix="cpt-join-")
+        work = jobs.work_dir(self, "cpt-join-")
         server = jobs.RdzvServer(cluster.hosts[0], work)
         run_id = "join-%06x" % random.getrandbits(24)
         conf = jobs.fast_rdzv_conf(keep_alive=0.5, attempts=3, last_call=1.0)

@@ -13,7 +13,6 @@ How fast A learns of a silent death is measured by the recovery benchmark
 import os
 import random
 import signal
-import tempfile
 import time
 import unittest
 
@@ -29,7 +28,7 @@ class MembershipTest(unittest.TestCase):
     def setUp(self):
         self.cluster = harness.Cluster(3)
         self.addCleanup(self.cluster.close)
-        self.work = tempfile.mkdtemp(prefix="cpt-member-")
+        self.work = jobs.work_dir(self, "cpt-member-")
         self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
         self.run_id = "member-%06x" % random.getrandbits(24)
         conf = jobs.fast_rdzv_conf(KEEP_ALIVE, ATTEMPTS, last_call=1.0)

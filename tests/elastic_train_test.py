@@ -10,7 +10,6 @@ not allowed), the rendezvous server on a third host:
 import os
 import random
 import signal
-import tempfile
 import unittest
 
 import harness
@@ -26,7 +25,7 @@ class ElasticTrainTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = harness.Cluster(3)
-        cls.work = tempfile.mkdtemp(prefix="cpt-elastic-")
+        cls.work = jobs.work_dir(cls, "cpt-elastic-")
         cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work)
         # The undisturbed reference: one node with 4 fake GPUs.
         work = os.path.join(cls.work, "single")

@@ -4,8 +4,10 @@ host, a cpptorchrun node on a host, and the checks every scenario shares
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import harness
@@ -75,6 +77,17 @@ class Node:
     def worker_pids(self):
         """Pids of this node's workers (children of the launcher)."""
         return children(self.proc.pid)
+
+
+def work_dir(owner, prefix):
+    """A fresh folder for a scenario's files, removed at `owner`'s cleanup
+    (a TestCase, or its class when called from setUpClass), after its
+    tearDown has stopped the processes; CPPTORCHRUN_KEEP_WORK=1 keeps it."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    if not os.environ.get("CPPTORCHRUN_KEEP_WORK"):
+        cleanup = owner.addClassCleanup if isinstance(owner, type) else owner.addCleanup
+        cleanup(shutil.rmtree, path, True)
+    return path
 
 
 def children(pid):

@@ -9,7 +9,6 @@ in a clear error within the join timeout, and the running job is unharmed
 import os
 import random
 import subprocess
-import tempfile
 import time
 import unittest
 
@@ -25,7 +24,7 @@ class OperatorInputTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = harness.Cluster(3)
-        cls.work = tempfile.mkdtemp(prefix="cpt-operator-")
+        cls.work = jobs.work_dir(cls, "cpt-operator-")
         cls.token = os.path.join(cls.work, "token")
         with open(cls.token, "w") as f:
             f.write("s3cret-%x\n" % random.getrandbits(64))

@@ -7,10 +7,10 @@ import glob
 import json
 import os
 import subprocess
-import tempfile
 import unittest
 
 import harness
+import jobs
 
 PY = "/usr/bin/python3"
 
@@ -23,7 +23,7 @@ def has_torch():
 @unittest.skipUnless(has_torch(), "needs PyTorch for /usr/bin/python3 (Debian's python3-torch)")
 class PythonCompatTest(unittest.TestCase):
     def run_script(self, *script_args):
-        out = tempfile.mkdtemp(prefix="cpt-compat-")
+        out = jobs.work_dir(self, "cpt-compat-")
         script = os.path.abspath("tests/scripts/ddp_compat.py")
         env = dict(os.environ, PYTHON_EXEC=PY)
         r = subprocess.run([harness.binary("launcher/cpptorchrun"), "--nproc_per_node=2", script,
