@@ -7,13 +7,15 @@ import sys
 import unittest
 
 import harness
+import jobs
 
 
 class ChaosTest(unittest.TestCase):
     def test_short_chaos(self):
         env = dict(os.environ, CPPTORCHRUN_BIN_DIR=os.path.join(harness.RUNFILES, harness.WORKSPACE))
         r = subprocess.run([sys.executable, "tools/chaos.py", "--duration", "16", "--interval", "4",
-                            "--limit", "16384", "--seed", "7"],
+                            "--limit", "16384", "--seed", "7",
+                            "--work", jobs.work_dir(self, "cpt-chaos-")],
                            capture_output=True, text=True, env=env, timeout=1200)
         print(r.stdout[-4000:], r.stderr[-4000:])
         self.assertEqual(r.returncode, 0, "chaos reported a failure")

@@ -53,11 +53,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tolerance", type=float, default=0.02, help="accuracy, absolute")
     ap.add_argument("--finish_timeout", type=float, default=900)
+    ap.add_argument("--work", default="",
+                    help="folder for the runs' logs and checkpoints (default: a new one under $TMPDIR, kept)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
     with harness.Cluster(args.nodes + 1, use_netns=False) as cluster:
-        work = tempfile.mkdtemp(prefix="cpt-chaos-")
+        work = args.work or tempfile.mkdtemp(prefix="cpt-chaos-")
+        os.makedirs(work, exist_ok=True)
+        print("chaos: logs and checkpoints in %s" % work, flush=True)
         server = jobs.RdzvServer(cluster.hosts[0], work)
 
         print("chaos: undisturbed reference run", flush=True)
