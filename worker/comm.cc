@@ -1,8 +1,15 @@
-// Shared pieces of the communicator interface: dtype facts, completed work,
-// and the single-process communicator.
+// Shared pieces of the communicator interface: dtype facts, the clock of
+// WorkTimes, completed work, and the single-process communicator.
 #include "worker/comm.h"
 
+#include <chrono>
+
 namespace cpptorchrun::worker {
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 namespace {
 
 class DoneWork final : public Work {

@@ -28,9 +28,12 @@ enum class DType { kFloat32, kFloat64, kInt64, kUint8 };
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 
-// When a collective ran: seconds on the steady clock
-// (std::chrono::steady_clock), from the moment the backend started it to
-// the moment it ended. Queueing behind earlier collectives is not counted.
+// Seconds on std::chrono::steady_clock: the clock of WorkTimes.
+double SteadySeconds();
+
+// When a collective ran, in SteadySeconds, from the moment the backend
+// started it to the moment it ended. Queueing behind earlier collectives
+// is not counted.
 struct WorkTimes {
   double started = 0;
   double finished = 0;

@@ -1,7 +1,6 @@
 // CommThread: a queue of collectives and the thread that drains it.
 #include "worker/comm_thread.h"
 
-#include <chrono>
 #include <utility>
 
 namespace cpptorchrun::worker {
@@ -24,9 +23,9 @@ class CommThread::Task final : public Work {
     return done_ ? times_ : std::nullopt;
   }
   void Run() {
-    const double started = Now();
+    const double started = SteadySeconds();
     absl::Status status = op_();
-    Finish(std::move(status), WorkTimes{started, Now()});
+    Finish(std::move(status), WorkTimes{started, SteadySeconds()});
   }
   void Finish(absl::Status status, std::optional<WorkTimes> times = std::nullopt) {
     absl::MutexLock lock(&mu_);
@@ -37,11 +36,6 @@ class CommThread::Task final : public Work {
   }
 
  private:
-  static double Now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-
   std::function<absl::Status()> op_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,12 +2,30 @@
 #include "worker/ddp.h"
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 
 namespace cpptorchrun::worker {
+
+DdpStats DdpStats::operator-(const DdpStats& before) const {
+  DdpStats d;
+  d.steps = steps - before.steps;
+  d.wait_seconds = wait_seconds - before.wait_seconds;
+  d.timed_steps = timed_steps - before.timed_steps;
+  d.allreduce_seconds = allreduce_seconds - before.allreduce_seconds;
+  d.hidden_seconds = hidden_seconds - before.hidden_seconds;
+  return d;
+}
+
+DdpStats& DdpStats::operator+=(const DdpStats& more) {
+  steps += more.steps;
+  wait_seconds += more.wait_seconds;
+  timed_steps += more.timed_steps;
+  allreduce_seconds += more.allreduce_seconds;
+  hidden_seconds += more.hidden_seconds;
+  return *this;
+}
 
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<int64_t>& sizes_bytes,
                                                int64_t first_cap_bytes, int64_t cap_bytes) {
@@ -78,14 +96,6 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   self->got_grad_.assign(self->parameters_.size(), false);
   return ddp;
 }
-
-namespace {
-
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> parameters,
                                                  std::vector<torch::Tensor> buffers,

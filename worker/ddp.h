@@ -44,8 +44,8 @@ struct DdpOptions {
   // Launch each bucket's all-reduce as soon as it is full (during the
   // backward pass); false: all of them in FinishBackward.
   bool overlap = true;
-  // Seconds on the clock of the backend's Work::Times (the steady clock);
-  // default std::chrono::steady_clock. Tests inject a fake one.
+  // Seconds on the clock of the backend's Work::Times; default
+  // SteadySeconds. Tests inject a fake one.
   std::function<double()> now;
 };
 
@@ -64,6 +64,10 @@ struct DdpStats {
   // Of that, the part that ran before the backward pass returned (before
   // FinishBackward was called): hidden behind the backward pass.
   double hidden_seconds = 0;
+
+  // Field by field: what happened between two snapshots, and its sum.
+  DdpStats operator-(const DdpStats& before) const;
+  DdpStats& operator+=(const DdpStats& more);
 };
 
 class DistributedDataParallel {
@@ -105,8 +109,6 @@ class DistributedDataParallel {
   absl::Status FinishBackward();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Wall seconds FinishBackward spent waiting for all-reduces, in total.
-  double wait_seconds() const { return stats_.wait_seconds; }
   const DdpStats& stats() const { return stats_; }
   int world_size() const { return comm_->world_size(); }
 

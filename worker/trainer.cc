@@ -8,7 +8,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <iterator>
@@ -284,10 +283,6 @@ struct ModeTally {
   DdpStats ddp;
 };
 
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 void SetTorchThreads(int threads) { torch::set_num_threads(std::max(1, threads)); }
@@ -418,6 +413,9 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
   std::vector<double> step_seconds;
   double backward_seconds = 0;
   ModeTally tallies[3];  // indexed as kRotation
+  // Not rotating: the one mode's place in kRotation.
+  const size_t fixed_mode_index = static_cast<size_t>(
+      std::find(std::begin(kRotation), std::end(kRotation), config.allreduce) - std::begin(kRotation));
   double last_epoch_loss = std::nan("");
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.samples_in_epoch = 0) {
     sampler.SetEpoch(pos.epoch);
@@ -437,11 +435,9 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
 
       // Rotating, a whole accumulation window (one optimizer step) runs in
       // one mode, the same on every rank.
-      const size_t mode_index =
-          config.allreduce == AllReduceMode::kRotate
-              ? static_cast<size_t>(pos.opt_step / kRotationBlock % 3)
-              : static_cast<size_t>(std::find(std::begin(kRotation), std::end(kRotation),
-                                              config.allreduce) - std::begin(kRotation));
+      const size_t mode_index = config.allreduce == AllReduceMode::kRotate
+                                    ? static_cast<size_t>(pos.opt_step / kRotationBlock % 3)
+                                    : fixed_mode_index;
       const AllReduceMode mode = kRotation[mode_index];
       const DdpStats ddp_before = (*ddp)->stats();
       const double step_start = now();
@@ -463,11 +459,7 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
       step_seconds.push_back(now() - step_start);
       ModeTally& tally = tallies[mode_index];
       tally.step_seconds.push_back(step_seconds.back());
-      const DdpStats& ddp_after = (*ddp)->stats();
-      tally.ddp.wait_seconds += ddp_after.wait_seconds - ddp_before.wait_seconds;
-      tally.ddp.timed_steps += ddp_after.timed_steps - ddp_before.timed_steps;
-      tally.ddp.allreduce_seconds += ddp_after.allreduce_seconds - ddp_before.allreduce_seconds;
-      tally.ddp.hidden_seconds += ddp_after.hidden_seconds - ddp_before.hidden_seconds;
+      tally.ddp += (*ddp)->stats() - ddp_before;
       const double loss_value = loss.item<double>();
       loss_sum += loss_value;
       ++loss_count;
