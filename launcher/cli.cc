@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/flags.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -43,12 +44,6 @@ absl::StatusOr<absl::Duration> ParseSeconds(const std::string& text, const std::
   return absl::Seconds(seconds);
 }
 
-absl::StatusOr<bool> ParseBool(const std::string& text, const std::string& what) {
-  std::string v = absl::AsciiStrToLower(text);
-  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
-  if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) return false;
-  return Bad(what, "0 or 1", text);
-}
 
 absl::StatusOr<int> ParseStdMask(const std::string& text, const std::string& what) {
   int v = 0;
@@ -83,7 +78,8 @@ absl::StatusOr<StdSpec> ParseStdSpec(const std::string& text, const std::string&
 }
 
 bool ValidRunId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
+  // It names a folder under --log_dir: never "." or "..".
+  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
   for (char c : id) {
     if (!(absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.')) return false;
   }
@@ -136,7 +132,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
         }
         break;
       case ConfKind::kBool:
-        if (auto b = ParseBool(kv[1], key_what); !b.ok()) return b.status();
+        if (auto b = base::ParseBool(kv[1], key_what); !b.ok()) return b.status();
         break;
       case ConfKind::kString:
         if (kv[1].empty()) return Bad(key_what, "a non-empty value", kv[1]);
@@ -404,7 +400,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     RawFlag& f = flags.at(key);
     if (f.opt->count() > 0) return f.value;
     auto it = env.find(f.env);
-    if (it != env.end()) return ParseBool(it->second, f.env);
+    if (it != env.end()) return base::ParseBool(it->second, f.env);
     return false;
   };
 
@@ -468,7 +464,6 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     if (!v.empty()) {
       auto hp = ParseEndpointFlag(v, kDefaultC10dPort, src);
       if (!hp.ok()) return hp.status();
-      if (hp->port == 0) return Bad(src, "a PORT in 1..65535", v);
       c.rdzv_endpoint = *hp;
       c.has_rdzv_endpoint = true;
     }
@@ -632,6 +627,12 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
       return absl::InvalidArgumentError(absl::StrCat("--node_rank: expected 0..", c.max_nodes - 1,
                                                      " (below --nnodes); got ", c.node_rank));
     }
+  }
+  if (c.has_rdzv_endpoint && c.rdzv_endpoint.port == 0 && c.max_nodes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv_endpoint: port 0 (a free port picked by this node) works for a single node only "
+        "(--nnodes=1): other nodes could not find it; got --nnodes=",
+        c.min_nodes, ":", c.max_nodes));
   }
   if (c.max_nodes > 1 && !c.has_rdzv_endpoint && c.rdzv_backend == RdzvBackend::kC10d) {
     return absl::InvalidArgumentError(

@@ -253,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--rdzv_backend=etcd", "p"}, {}, "--rdzv_backend"},
         BadCase{{"--rdzv_endpoint=h:70000", "p"}, {}, "--rdzv_endpoint"},
         BadCase{{"--rdzv_endpoint=h:", "p"}, {}, "--rdzv_endpoint"},
-        BadCase{{"--rdzv_endpoint=h:0", "p"}, {}, "--rdzv_endpoint"},
+        BadCase{{"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:0", "p"}, {}, "port 0"},
         BadCase{{"--rdzv_endpoint=[::1", "p"}, {}, "--rdzv_endpoint"},
         BadCase{{"--rdzv_endpoint=[::1]x", "p"}, {}, "--rdzv_endpoint"},
         BadCase{{"--rdzv_endpoint=[]:5", "p"}, {}, "--rdzv_endpoint"},

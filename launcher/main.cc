@@ -15,11 +15,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
+#include "base/token.h"
 #include "launcher/agent_service.h"
 #include "launcher/cli.h"
 #include "launcher/console_log.h"
 #include "launcher/devices.h"
 #include "launcher/elastic_agent.h"
+#include "launcher/hosting.h"
 #include "launcher/local_rendezvous.h"
 #include "launcher/ports.h"
 #include "launcher/process.h"
@@ -70,17 +73,6 @@ std::string NodeId(const std::string& host) {
   return absl::StrCat(host, "-", getpid(), "-", absl::Hex(rd(), absl::kZeroPad8));
 }
 
-std::string HostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
-}
-
-// Whether `h` names this host: loopback, `local_addr`, or the host name.
-bool IsThisHost(const std::string& h, const std::string& local_addr) {
-  return rdzv::IsLoopbackHost(h) || h == local_addr || h == HostName();
-}
-
 // The signals that stop the workers and the launcher.
 const std::vector<int>& StopSignals() {
   static const auto* signals = new std::vector<int>{SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -112,12 +104,12 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   std::string token;
   std::string token_file;
   if (auto it = c.rdzv_conf.find("token_file"); it != c.rdzv_conf.end()) {
-    std::ifstream in(it->second);
-    if (!in) {
+    absl::StatusOr<std::string> read = base::ReadTokenFile(it->second);
+    if (!read.ok()) {
       return UsageError(absl::InvalidArgumentError(
-          absl::StrCat("--rdzv_conf token_file: cannot read '", it->second, "'")));
+          absl::StrCat("--rdzv_conf token_file: ", read.status().message())));
     }
-    std::getline(in, token);
+    token = *read;
     token_file = it->second;
   }
 
@@ -130,58 +122,104 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   // The private folder: the agent socket, and the logs without --log_dir.
   auto run_dir = RunDir::Create(c.log_dir, c.rdzv_id);
   if (!run_dir.ok()) return UsageError(run_dir.status());
+  if (!c.log_dir.empty()) spdlog::info("worker logs: {}", (*run_dir)->log_root());
 
   const bool single_node = c.max_nodes == 1;
-  const std::string host = !c.local_addr.empty() ? c.local_addr : (single_node ? "127.0.0.1" : HostName());
+  const LocalHost local = ReadLocalHost();
+  const std::vector<std::string> endpoint_addresses =
+      c.has_rdzv_endpoint ? ResolveHost(c.rdzv_endpoint.host) : std::vector<std::string>{};
 
-  // The rendezvous.
+  // This node's address: what other nodes reach it at.
+  AddressInput address_in;
+  address_in.local_addr_flag = c.local_addr;
+  address_in.single_node = single_node;
+  address_in.endpoint_host = c.rdzv_endpoint.host;
+  if (!endpoint_addresses.empty()) {
+    address_in.endpoint_address = endpoint_addresses.front();
+    address_in.route_source = RouteSource(endpoint_addresses.front());
+  }
+  const AddressChoice address = ChooseNodeAddress(address_in, local);
+  const std::string host = address.address;
+  if (single_node) {
+    spdlog::debug("this node's address: {} ({})", host, address.why);
+  } else {
+    spdlog::info("this node's address: {} ({})", host, address.why);
+  }
+
+  // Who serves the rendezvous (launcher/hosting.h).
+  HostingInput hosting_in;
+  hosting_in.standalone = c.standalone;
+  hosting_in.single_node = single_node;
+  hosting_in.has_endpoint = c.has_rdzv_endpoint;
+  hosting_in.endpoint_from_master = c.rdzv_endpoint_from_master;
+  hosting_in.node_rank = c.node_rank;
+  hosting_in.endpoint_host = c.rdzv_endpoint.host;
+  hosting_in.endpoint_addresses = endpoint_addresses;
+  if (auto it = c.rdzv_conf.find("is_host"); it != c.rdzv_conf.end()) {
+    hosting_in.is_host = base::ParseBool(it->second, "--rdzv_conf is_host").value_or(false);
+  }
+  const HostingDecision hosting = DecideHosting(hosting_in, local);
+  spdlog::debug("rendezvous hosting: {}", hosting.why);
+
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::unique_ptr<rdzv::RendezvousClient> client;
   std::string endpoint;
-  // Who serves the rendezvous: --standalone and a single node without an
-  // endpoint embed one on loopback; static multi-node serves it on node 0 at
-  // MASTER_ADDR:MASTER_PORT; an explicit endpoint is served where
-  // --rdzv_conf is_host says,
-  // or (torchrun's rule) when the endpoint is this host and its port is free.
-  const bool loopback_embed = c.standalone || (single_node && !c.has_rdzv_endpoint);
-  bool host_endpoint = false;
-  bool host_required = false;
-  if (!loopback_embed && c.rdzv_endpoint_from_master) {
-    host_endpoint = host_required = c.node_rank == 0;
-  } else if (!loopback_embed && c.has_rdzv_endpoint) {
-    auto it = c.rdzv_conf.find("is_host");
-    if (it != c.rdzv_conf.end()) {
-      host_endpoint = host_required = (it->second == "1" || it->second == "true" || it->second == "True");
-    } else {
-      host_endpoint = IsThisHost(c.rdzv_endpoint.host, host);
-    }
+  const bool loopback_embed = hosting.hosting == Hosting::kEmbedded;
+  // Where a served endpoint listens: the endpoint's own address when it is
+  // written as an address (or loopback); every interface when it is a name,
+  // so the others reach it at whatever the name resolves to on their side.
+  const std::string bind_host =
+      loopback_embed ? "127.0.0.1"
+      : (rdzv::IsLoopbackHost(c.rdzv_endpoint.host) || IsNumericAddress(c.rdzv_endpoint.host))
+          ? c.rdzv_endpoint.host
+      : std::all_of(endpoint_addresses.begin(), endpoint_addresses.end(),
+                    [](const std::string& a) { return a.find(':') == std::string::npos; })
+          ? "0.0.0.0"
+          : "::";
+  const int bind_port = loopback_embed ? 0 : c.rdzv_endpoint.port;
+  bool serve = hosting.hosting == Hosting::kEmbedded || hosting.hosting == Hosting::kServe;
+  if (hosting.hosting == Hosting::kServeIfFree) {
+    // Quietly: another launcher on this machine may have bound it first.
+    serve = bind_port == 0 || PortIsFree(bind_host, bind_port);
+    if (!serve) spdlog::debug("port {} is taken here: a client of the launcher that serves it", bind_port);
   }
-  if (loopback_embed || host_endpoint) {
+  if (serve) {
     rdzv::ServerOptions so;
-    so.host = loopback_embed ? "127.0.0.1" : c.rdzv_endpoint.host;
-    so.port = loopback_embed ? 0 : c.rdzv_endpoint.port;
+    so.host = bind_host;
+    so.port = bind_port;
     so.token = token;
     auto started = rdzv::RendezvousServer::Start(so);
     if (!started.ok()) {
-      if (host_required) {
-        spdlog::error("cannot serve the rendezvous at {}: {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
-                      started.status().ToString());
+      if (hosting.hosting == Hosting::kServe) {
+        spdlog::error("cannot serve the rendezvous at {} ({}): {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
+                      hosting.why, started.status().ToString());
         return 1;
       }
       if (loopback_embed) {
         spdlog::warn("embedded rendezvous server unavailable ({}); using the local one",
                      started.status().ToString());
+      } else if (bind_port == 0) {
+        spdlog::error("cannot serve the rendezvous at {}: {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
+                      started.status().ToString());
+        return 1;
       } else {
-        // Another launcher on this host serves it: be its client.
+        // Lost the race for the port to another launcher: be its client.
         endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
         spdlog::debug("not hosting the rendezvous: {}", started.status().ToString());
       }
     } else {
       server = std::move(*started);
-      endpoint = loopback_embed ? server->endpoint() : rdzv::FormatEndpoint(c.rdzv_endpoint);
+      endpoint = (loopback_embed || bind_port == 0)
+                     ? rdzv::FormatEndpoint(rdzv::Endpoint{loopback_embed ? "127.0.0.1" : c.rdzv_endpoint.host,
+                                                           server->port()})
+                     : rdzv::FormatEndpoint(c.rdzv_endpoint);
       spdlog::info("serving the rendezvous at {} (cpptorchrun status --rdzv_endpoint {} --rdzv_id {})",
                    endpoint, endpoint, c.rdzv_id);
     }
+  } else if (c.rdzv_endpoint.port == 0) {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv_endpoint ", rdzv::FormatEndpoint(c.rdzv_endpoint),
+        ": port 0 (pick a free port) needs this node to serve it, but ", hosting.why)));
   } else {
     endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
   }

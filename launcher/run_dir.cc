@@ -68,11 +68,23 @@ absl::StatusOr<std::unique_ptr<RunDir>> RunDir::Create(const std::string& log_di
     dir->logs_in_private_ = true;
     if (!MakeDirs(dir->log_root_, &error)) return absl::InternalError(error);
   } else {
-    dir->log_root_ = absl::StrCat(log_dir, "/", run_id);
-    if (!MakeDirs(dir->log_root_, &error)) {
+    // A folder of this launcher's own (torchrun's <run_id>_<unique>): nodes
+    // sharing --log_dir (one shared filesystem) and earlier runs of the same
+    // id never write into each other's files. mkdtemp creates it with
+    // O_EXCL semantics, so two launchers cannot both get one name.
+    if (!MakeDirs(log_dir, &error)) {
       RemoveTree(templ);
       return absl::InvalidArgumentError(absl::StrCat("--log_dir: cannot create ", error));
     }
+    std::string own = absl::StrCat(log_dir, "/", run_id, "_XXXXXX");
+    if (mkdtemp(own.data()) == nullptr) {
+      const int err = errno;
+      RemoveTree(templ);
+      return absl::InvalidArgumentError(
+          absl::StrCat("--log_dir: cannot create a folder in ", log_dir, ": ", strerror(err)));
+    }
+    chmod(own.c_str(), 0755);
+    dir->log_root_ = own;
   }
   return dir;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/token.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
@@ -76,8 +77,13 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
     co.retry_budget = absl::Seconds(5);
     co.call_timeout = absl::Seconds(5);
     if (auto it = env.find("CPPTORCHRUN_RDZV_TOKEN_FILE"); it != env.end()) {
-      std::ifstream in(it->second);
-      std::getline(in, co.token);
+      absl::StatusOr<std::string> token = base::ReadTokenFile(it->second);
+      if (!token.ok()) {
+        std::fprintf(stderr, "cpptorchrun status: CPPTORCHRUN_RDZV_TOKEN_FILE: %s\n",
+                     std::string(token.status().message()).c_str());
+        return 2;
+      }
+      co.token = *token;
     }
     owned = rdzv::NewGrpcRendezvousClient(co);
     client = owned.get();

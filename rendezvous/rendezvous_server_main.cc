@@ -17,6 +17,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/token.h"
+#include "rendezvous/signing.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/server.h"
 #include "rendezvous/version.h"
@@ -40,7 +42,7 @@ int main(int argc, char** argv) {
   ServerOptions options;
   std::string host = options.host;
   int port = cpptorchrun::rdzv::kDefaultRendezvousPort;
-  std::string token_file, tls_cert, tls_key, log_level = "info";
+  std::string token_file, key_file, tls_cert, tls_key, log_level = "info";
   bool version = false;
   app.add_option("--host", host, "address to listen on (IPv6 with or without brackets)")
       ->capture_default_str();
@@ -49,6 +51,11 @@ int main(int argc, char** argv) {
   app.add_option("--token_file", token_file,
                  "file holding the shared token clients must send (else env "
                  "CPPTORCHRUN_RDZV_TOKEN; else none)");
+  app.add_option("--key_file", key_file,
+                 "file holding the secret (16 bytes or more) that signs the assignments this server "
+                 "issues, kept across restarts; only the server should read it (else derived from "
+                 "the token; else random, and a restarted server re-registers only runs it does "
+                 "not know)");
   app.add_option("--tls_cert", tls_cert, "PEM certificate chain: serve TLS (with --tls_key)");
   app.add_option("--tls_key", tls_key, "PEM private key for --tls_cert");
   app.add_option("--log_level", log_level, "trace, debug, info, warn, error or off")
@@ -92,16 +99,19 @@ int main(int argc, char** argv) {
   options.port = port;
 
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in) return Fail(absl::StrCat("--token_file '", token_file, "' cannot be read"));
-    std::stringstream text;
-    text << in.rdbuf();
-    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (options.token.empty()) {
-      return Fail(absl::StrCat("--token_file '", token_file, "' is empty"));
-    }
+    absl::StatusOr<std::string> token = cpptorchrun::base::ReadTokenFile(token_file);
+    if (!token.ok()) return Fail(absl::StrCat("--token_file: ", token.status().message()));
+    options.token = *token;
   } else if (const char* env = std::getenv("CPPTORCHRUN_RDZV_TOKEN"); env != nullptr) {
-    options.token = std::string(absl::StripAsciiWhitespace(env));
+    // Set but blank is a mistake, not a wish for an open server.
+    absl::StatusOr<std::string> token = cpptorchrun::base::ParseToken(env, "CPPTORCHRUN_RDZV_TOKEN");
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    options.token = *token;
+  }
+  if (!key_file.empty()) {
+    absl::StatusOr<cpptorchrun::rdzv::SigningKey> key = cpptorchrun::rdzv::ReadSigningKeyFile(key_file);
+    if (!key.ok()) return Fail(absl::StrCat("--key_file: ", key.status().message()));
+    options.signing_key = *key;
   }
   options.tls_cert_file = tls_cert;
   options.tls_key_file = tls_key;
@@ -125,9 +135,12 @@ int main(int argc, char** argv) {
   std::string listening = cpptorchrun::rdzv::FormatEndpoint({options.host, (*server)->port()});
   std::printf("rendezvous_server listening on %s\n", listening.c_str());
   std::fflush(stdout);
-  spdlog::info("rendezvous_server {} serving on {}{}{}", cpptorchrun::rdzv::kVersion, listening,
-               options.token.empty() ? "" : " (token required)",
-               options.tls_cert_file.empty() ? "" : " (TLS)");
+  spdlog::info("rendezvous_server {} serving on {}{}{}; assignments signed with a key {}",
+               cpptorchrun::rdzv::kVersion, listening, options.token.empty() ? "" : " (token required)",
+               options.tls_cert_file.empty() ? "" : " (TLS)",
+               !key_file.empty()        ? "from --key_file (durable)"
+               : !options.token.empty() ? "derived from the token (durable; token holders can derive it too)"
+                                        : "made at random (not durable: see --key_file)");
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

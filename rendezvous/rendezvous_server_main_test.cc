@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,14 @@ TEST(RendezvousServerMain, PrintsItsVersion) {
   EXPECT_EQ(out, "rendezvous_server 0.1.0\n");
 }
 
+// A token file holding only a CRLF: set, but no token in it.
+std::string BlankFile() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(t != nullptr ? t : "/tmp") + "/blank-token";
+  std::ofstream(path) << "\r\n";
+  return path;
+}
+
 TEST(RendezvousServerMain, RejectsBadFlagsNamingThem) {
   struct Case {
     std::vector<std::string> args;
@@ -98,7 +107,9 @@ TEST(RendezvousServerMain, RejectsBadFlagsNamingThem) {
       {{"--port", "70000"}, "--port 70000 is out of range"},
       {{"--host", "bad host"}, "--host"},
       {{"--log_level", "loud"}, "--log_level 'loud'"},
-      {{"--token_file", "/nonexistent/token"}, "cannot be read"},
+      {{"--token_file", "/nonexistent/token"}, "cannot read the token file '/nonexistent/token'"},
+      {{"--token_file", BlankFile()}, "holds no token"},
+      {{"--key_file", BlankFile()}, "--key_file: the key file"},
       {{"--no_such_flag"}, "no_such_flag"},
   };
   for (const Case& c : cases) {
@@ -107,6 +118,16 @@ TEST(RendezvousServerMain, RejectsBadFlagsNamingThem) {
     EXPECT_NE(Wait(child), 0) << out;
     EXPECT_TRUE(absl::StrContains(out, c.fragment)) << out;
   }
+}
+
+TEST(RendezvousServerMain, ABlankTokenVariableIsAnErrorNotAnOpenServer) {
+  setenv("CPPTORCHRUN_RDZV_TOKEN", " \r\n", 1);
+  Child child = Spawn({"--host", "127.0.0.1", "--port", "0"});
+  unsetenv("CPPTORCHRUN_RDZV_TOKEN");
+  std::string out = ReadUntil(child.out, "", absl::Seconds(20));
+  EXPECT_EQ(Wait(child), 2) << out;  // a usage error, as for bad flags
+  EXPECT_TRUE(absl::StrContains(out, "CPPTORCHRUN_RDZV_TOKEN holds no token")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "listening")) << out;
 }
 
 TEST(RendezvousServerMain, ServesOnAFreePortAndStopsOnSigterm) {

@@ -2,6 +2,7 @@
 #include "rendezvous/rules.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -572,9 +573,10 @@ TickResult ApplyTick(absl::Time now, RunState* state) {
   return result;
 }
 
-v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state,
-                            const v1::KeepAliveRequest& request) {
+v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAliveRequest& request,
+                            bool trusted) {
   const std::string& id = request.node_id();
+  if (!trusted) return EventFor(*state, id, request.assignment().round());
   auto it = state->participant_index.find(id);
   if (StandingRound(*state) && it != state->participant_index.end() &&
       request.assignment().round() == state->active_round) {
@@ -629,6 +631,55 @@ bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& req
   }
   ++state->version;
   return true;
+}
+
+absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& node_id,
+                                const RoundOptions& options) {
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment: ", why));
+  };
+  const int n = a.participants_size();
+  if (a.round() < 1) return bad(absl::StrCat("round ", a.round(), " is not >= 1"));
+  if (n < 1 || n > options.max_nodes) {
+    return bad(absl::StrCat(n, " participants; the run allows 1..", options.max_nodes));
+  }
+  if (a.group_world_size() != n) {
+    return bad(absl::StrCat("group_world_size ", a.group_world_size(), " is not the ", n, " participants"));
+  }
+  if (a.master_port() < 0 || a.master_port() > 65535) {
+    return bad(absl::StrCat("master_port ", a.master_port(), " is not in 0..65535"));
+  }
+  std::vector<const v1::Participant*> by_rank(n, nullptr);
+  absl::flat_hash_map<std::string, int> ids;
+  for (const v1::Participant& p : a.participants()) {
+    if (p.group_rank() < 0 || p.group_rank() >= n || by_rank[p.group_rank()] != nullptr) {
+      return bad(absl::StrCat("group rank ", p.group_rank(), " is repeated or outside 0..", n - 1));
+    }
+    if (!ids.emplace(p.node_id(), p.group_rank()).second) return bad("a node id is repeated");
+    if (p.local_world_size() < 1) {
+      return bad(absl::StrCat("local_world_size ", p.local_world_size(), " is not >= 1"));
+    }
+    by_rank[p.group_rank()] = &p;
+  }
+  int64_t offset = 0;
+  for (const v1::Participant* p : by_rank) {
+    if (p->rank_offset() != offset) {
+      return bad(absl::StrCat("rank_offset ", p->rank_offset(), " of group rank ", p->group_rank(),
+                              " is not ", offset));
+    }
+    offset += p->local_world_size();
+    if (offset > std::numeric_limits<int32_t>::max()) return bad("the world size overflows");
+  }
+  if (a.world_size() != offset) {
+    return bad(absl::StrCat("world_size ", a.world_size(), " is not the participants' ", offset));
+  }
+  auto self = ids.find(node_id);
+  if (self == ids.end()) return bad("the caller is not among the participants");
+  const v1::Participant* me = by_rank[self->second];
+  if (a.group_rank() != me->group_rank() || a.rank_offset() != me->rank_offset()) {
+    return bad("the caller's group_rank or rank_offset disagrees with the participant list");
+  }
+  return absl::OkStatus();
 }
 
 bool ApplyLeave(absl::Time now, RunState* state, const std::string& node_id,

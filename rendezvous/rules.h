@@ -204,14 +204,26 @@ void CompleteRound(absl::Time now, RunState* state);
 void EndRound(absl::Time now, RunState* state, const std::string& reason);
 
 // A keep-alive of a participant: refreshes its liveness and progress. A node
-// that is not a participant of the standing round only learns the event.
-v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAliveRequest& request);
+// that is not a participant of the standing round, or a request that does
+// not prove it speaks for its node (`trusted` false: its assignment is not
+// one the server issued), only learns the event.
+v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAliveRequest& request,
+                            bool trusted = true);
 
 // Re-creates the active round from an agent's assignment after a server
 // restart (the server lost the run, or knows only a forming round numbered
 // from a Join). Every participant is treated as alive from `now`. Returns
 // false (no change) when the state already knows this round or a later one.
 bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& request);
+
+// Whether `a` is a round the rules could have formed under `options`: 1 to
+// max_nodes participants with distinct node ids, group ranks 0..n-1, rank
+// offsets the running sum of local_world_size (each >= 1), world_size that
+// sum (checked arithmetic), group_world_size n, the caller among them with
+// its own group rank and offset, a master port in 0..65535 and a round >= 1.
+// InvalidArgument naming the first field that is not.
+absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& node_id,
+                                const RoundOptions& options);
 
 // A graceful leave: a participant ends the standing round; a joiner or spare
 // is removed. False when the node was unknown.

@@ -436,6 +436,46 @@ TEST(ReRegister, RecreatesTheRoundFromAnAssignment) {
   EXPECT_EQ(FindDeadParticipants(kT0 + absl::Minutes(1) + absl::Seconds(16), fresh).size(), 3u);
 }
 
+TEST(ValidateAssignment, OnlyRoundsTheRulesCouldHaveFormed) {
+  RunState s = ActiveRun(2, 3, {"a", "b", "c"});
+  const v1::Assignment good = *AssignmentFor(s, "b");
+  EXPECT_TRUE(ValidateAssignment(good, "b", s.options).ok());
+  auto rejects = [&](const std::string& what, auto&& mutate, const std::string& node = "b") {
+    v1::Assignment a = good;
+    mutate(&a);
+    absl::Status st = ValidateAssignment(a, node, s.options);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << what;
+    return std::string(st.message());
+  };
+  EXPECT_NE(rejects("over max_nodes", [](v1::Assignment* a) {
+              *a->add_participants() = a->participants(0);
+            }).find("participants; the run allows 1..3"), std::string::npos);
+  rejects("no participants", [](v1::Assignment* a) { a->clear_participants(); });
+  rejects("round 0", [](v1::Assignment* a) { a->set_round(0); });
+  rejects("repeated rank", [](v1::Assignment* a) { a->mutable_participants(1)->set_group_rank(0); });
+  rejects("rank outside", [](v1::Assignment* a) { a->mutable_participants(2)->set_group_rank(7); });
+  rejects("repeated id", [](v1::Assignment* a) {
+    a->mutable_participants(1)->set_node_id(a->participants(0).node_id());
+  });
+  rejects("offsets", [](v1::Assignment* a) { a->mutable_participants(2)->set_rank_offset(1); });
+  rejects("world size", [](v1::Assignment* a) { a->set_world_size(-2); });
+  rejects("group world size", [](v1::Assignment* a) { a->set_group_world_size(9); });
+  rejects("zero ranks", [](v1::Assignment* a) { a->mutable_participants(0)->set_local_world_size(0); });
+  rejects("master port", [](v1::Assignment* a) { a->set_master_port(70000); });
+  rejects("caller absent", [](v1::Assignment*) {}, "mallory");
+  rejects("caller's own fields", [](v1::Assignment* a) { a->set_group_rank(0); });
+  // Two nodes of 2^31-1 ranks: the world size would wrap to -2.
+  EXPECT_NE(rejects("overflow", [](v1::Assignment* a) {
+              a->mutable_participants()->DeleteSubrange(2, 1);
+              a->set_group_world_size(2);
+              for (int i = 0; i < 2; ++i) {
+                a->mutable_participants(i)->set_local_world_size(2147483647);
+                a->mutable_participants(i)->set_rank_offset(i == 0 ? 0 : 2147483647);
+              }
+              a->set_world_size(-2);
+            }).find("overflows"), std::string::npos);
+}
+
 TEST(ReRegister, AFormingRoundFromAJoinIsRenumberedAboveIt) {
   RunState old = ActiveRun(1, 3, {"a", "b"});
   for (int i = 0; i < 4; ++i) {  // reach round 5

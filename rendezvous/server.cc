@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   service_options.clock = options.clock;
   service_options.limits = options.limits;
   service_options.token = options.token;
+  service_options.signing_key = options.signing_key;
   service_options.tick = options.tick;
   service_options.idle_run_timeout = options.idle_run_timeout;
   server->service_ = std::make_unique<RendezvousService>(service_options);

@@ -5,6 +5,7 @@
 #define CPPTORCHRUN_RENDEZVOUS_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,6 +14,7 @@
 #include "rendezvous/clock.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/service.h"
+#include "rendezvous/signing.h"
 
 namespace cpptorchrun::rdzv {
 
@@ -23,6 +25,8 @@ struct ServerOptions {
   int port = 0;
   // Shared secret required as "authorization: Bearer <token>"; empty: none.
   std::string token;
+  // Signs assignments (signing.h); unset: from the token, else random.
+  std::optional<SigningKey> signing_key;
   // TLS when both are given (PEM files); else plaintext.
   std::string tls_cert_file, tls_key_file;
   Limits limits;

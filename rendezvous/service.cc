@@ -83,7 +83,18 @@ absl::Status UnknownRunError(const std::string& run_id) {
 
 }  // namespace
 
-RendezvousService::RendezvousService(const ServiceOptions& options) : options_(options) {}
+namespace {
+
+SigningKey ChooseSigningKey(const ServiceOptions& options) {
+  if (options.signing_key.has_value()) return *options.signing_key;
+  if (!options.token.empty()) return SigningKeyFromToken(options.token);
+  return RandomSigningKey();
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(const ServiceOptions& options)
+    : options_(options), signer_(ChooseSigningKey(options)) {}
 
 RendezvousService::~RendezvousService() { Shutdown(); }
 
@@ -208,6 +219,7 @@ void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status&
     finishes->emplace_back(held, status);
   }
   runs_.erase(run_id);
+  signer_.Forget(run_id);
 }
 
 void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
@@ -291,6 +303,7 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
   }
   if (assignment.has_value()) {
     held->join->set_outcome(v1::JoinResponse::COMPLETE);
+    signer_.Sign(run->state.run_id, held->node_id, &*assignment);
     *held->join->mutable_assignment() = std::move(*assignment);
   } else {
     bool spare = std::any_of(run->state.spares.begin(), run->state.spares.end(),
@@ -589,6 +602,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
           options_.limits.max_participants_in_assignment) {
         response->mutable_assignment()->clear_participants();
       }
+      signer_.Sign(run->state.run_id, node_id, response->mutable_assignment());
     } else {
       held = new Held(this, Held::Kind::kJoin, request->run_id());
       held->node_id = node_id;
@@ -609,33 +623,63 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::Time now = options_.clock->Now();
     const v1::Assignment& assignment = request->assignment();
-    bool known = runs_.contains(request->run_id());
+    auto existing = runs_.find(request->run_id());
+    Run* known = existing == runs_.end() ? nullptr : existing->second.get();
     bool can_register = assignment.round() > 0 && assignment.participants_size() > 0;
-    if (!known && closed_.contains(request->run_id())) {
+    if (known == nullptr && closed_.contains(request->run_id())) {
       *response->mutable_event() = ClosedEvent(request->run_id());
       return absl::OkStatus();
     }
-    if (!known && !can_register) {
+    if (known == nullptr && !can_register) {
       return absl::NotFoundError(absl::StrCat(
           "run '", request->run_id(),
           "' is unknown to this server (restarted?) and the keep-alive carries no assignment"));
     }
+    // Only an assignment this server issued may change a round (a forged
+    // one would hand a live job other ranks or another MASTER_ADDR).
+    const bool issued = signer_.Verify(request->run_id(), request->node_id(), assignment);
+    const bool has_active = known != nullptr && known->state.active_round != 0;
+    const bool unsigned_round = known != nullptr && known->unsigned_round != 0 &&
+                                assignment.round() == known->unsigned_round;
+    if (can_register && !issued && !unsigned_round) {
+      if (known != nullptr && assignment.round() <= known->state.active_round) {
+        can_register = false;  // changes nothing; only liveness is at stake
+      } else if (signer_.durable() || has_active) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "run '", request->run_id(), "': the keep-alive's assignment for round ", assignment.round(),
+            " was not issued by this server (its signature does not verify); rounds change only "
+            "through Join"));
+      }
+    }
+    // Without a verifiable signature (a restarted server with a key that is
+    // not durable), the round it would re-create must still be one the
+    // rules could have formed.
+    v1::RunOptions proto = request->options();
+    if (proto.min_nodes() == 0) {
+      proto.set_min_nodes(assignment.group_world_size());
+      proto.set_max_nodes(assignment.group_world_size());
+    }
+    std::optional<RoundOptions> request_options;
+    if (known == nullptr || !known->formed) {
+      absl::StatusOr<RoundOptions> o = RoundOptionsFromProto(proto, options_.limits.max_nodes_per_run);
+      if (!o.ok()) return o.status();
+      request_options = *o;
+    }
+    if (can_register && !issued) {
+      const RoundOptions& bound = known != nullptr && known->formed ? known->state.options : *request_options;
+      if (absl::Status valid = ValidateAssignment(assignment, request->node_id(), bound); !valid.ok()) {
+        return valid;
+      }
+    }
     absl::StatusOr<Run*> found = FindOrCreateRun(request->run_id());
     if (!found.ok()) return found.status();
     Run* run = *found;
-    if (!run->formed) {
-      v1::RunOptions proto = request->options();
-      if (proto.min_nodes() == 0) {
-        proto.set_min_nodes(assignment.group_world_size());
-        proto.set_max_nodes(assignment.group_world_size());
-      }
-      absl::StatusOr<RoundOptions> o =
-          RoundOptionsFromProto(proto, options_.limits.max_nodes_per_run);
-      if (!o.ok()) return o.status();
-      Form(run, *o, now);
+    if (!run->formed) Form(run, *request_options, now);
+    if (can_register && ReRegister(now, &run->state, *request)) {
+      run->unsigned_round = issued ? 0 : assignment.round();
     }
-    if (can_register) ReRegister(now, &run->state, *request);
-    *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request);
+    const bool trusted = issued || (run->unsigned_round != 0 && assignment.round() == run->unsigned_round);
+    *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request, trusted);
     Settle(run, {}, "", finishes);
     return absl::OkStatus();
   });

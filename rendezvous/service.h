@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -30,6 +31,7 @@
 #include "rendezvous/clock.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/rules.h"
+#include "rendezvous/signing.h"
 
 namespace cpptorchrun::rdzv {
 
@@ -39,6 +41,9 @@ struct ServiceOptions {
   Limits limits;
   // Expected as "authorization: Bearer <token>" on every call; empty: none.
   std::string token;
+  // Signs the assignments it issues (signing.h). Unset: derived from
+  // `token` when there is one, else random (not durable).
+  std::optional<SigningKey> signing_key;
   // How often the timer re-applies deadlines.
   absl::Duration tick = absl::Milliseconds(20);
   // Closed run ids remembered (so later Joins fail naming them) beyond the
@@ -121,6 +126,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     // Last call that touched the run, and calls held for it now.
     absl::Time last_activity;
     int held_calls = 0;
+    // A round re-created from an assignment this server could not verify
+    // (its key is not durable and it had no active round of the run): its
+    // keep-alives are trusted unverified until the next round (0: none).
+    int64_t unsigned_round = 0;
     // What was last logged about the rounds (logged on change only).
     int64_t logged_round = 0;
     bool logged_ended = true;
@@ -206,6 +215,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
                              v1::RunStatusResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceOptions options_;
+  AssignmentSigner signer_;
   absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <future>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -72,9 +73,10 @@ class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(0); }
 
-  void Start(int port) {
+  void Start(int port, std::optional<SigningKey> key = std::nullopt) {
     ServerOptions options;
     options.port = port;
+    options.signing_key = key;
     options.tick = absl::Milliseconds(5);
     options.limits.long_poll_bound = absl::Milliseconds(500);
     auto server = RendezvousServer::Start(options);
@@ -509,6 +511,102 @@ TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
   auto next = JoinAll("run", {"a", "b"}, conf, 1);
   ASSERT_TRUE(next[0].ok()) << next[0].status();
   EXPECT_EQ(next[0]->round(), 2);
+}
+
+// The attack of issue 14: a KeepAlive for a live run, its assignment one
+// round ahead with other ranks and another MASTER_ADDR, re-registered as
+// if the server had restarted.
+v1::KeepAliveRequest Hijack(const v1::Assignment& real, const std::string& node) {
+  v1::KeepAliveRequest ka = KeepAliveOf("run", real, node);
+  v1::Assignment* a = ka.mutable_assignment();
+  a->set_round(real.round() + 1);
+  a->set_master_addr("6.6.6.6");
+  for (v1::Participant& p : *a->mutable_participants()) {
+    p.set_group_rank(0);
+    p.set_rank_offset(0);
+  }
+  return ka;
+}
+
+TEST_F(ServiceTest, AForgedAssignmentCannotReplaceALiveRound) {
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  EXPECT_FALSE(first[0]->signature().empty()) << "every assignment issued is signed";
+  auto attacker = Client();
+  for (const v1::KeepAliveRequest& forged :
+       {Hijack(*first[0], "a"), Hijack(*first[0], "mallory"),
+        [&] {  // the real signature, other fields
+          v1::KeepAliveRequest ka = KeepAliveOf("run", *first[0], "a");
+          ka.mutable_assignment()->set_round(2);
+          ka.mutable_assignment()->set_master_addr("6.6.6.6");
+          return ka;
+        }()}) {
+    auto event = attacker->KeepAlive(forged);
+    ASSERT_EQ(event.status().code(), absl::StatusCode::kPermissionDenied) << event.status();
+    EXPECT_NE(event.status().message().find("not issued by this server"), std::string::npos);
+  }
+  // The job is untouched: round 1 stands with its real master and ranks.
+  auto status = attacker->RunStatus("run");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->round(), 1);
+  EXPECT_EQ(status->nodes_size(), 2);
+  auto a = Client()->KeepAlive(KeepAliveOf("run", *first[0], "a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->round_current());
+  EXPECT_EQ(a->current_round(), 1);
+  // A re-join hands out the real assignment, not the forged one.
+  auto next = JoinAll("run", {"a", "b"}, conf, 1);
+  ASSERT_TRUE(next[0].ok() && next[1].ok());
+  EXPECT_EQ(next[0]->master_addr(), first[0]->master_addr());
+  EXPECT_NE(next[0]->group_rank(), next[1]->group_rank());
+}
+
+TEST_F(ServiceTest, WithADurableKeyOnlyIssuedAssignmentsReRegisterAfterARestart) {
+  SigningKey key = SigningKeyFromToken("a-token");
+  int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  Start(port, key);
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  server_->Shutdown();
+  server_.reset();
+  Start(port, key);
+  // A forged round for the run the restarted server does not know yet.
+  auto forged = Client()->KeepAlive(Hijack(*first[0], "a"));
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kPermissionDenied) << forged.status();
+  // The real one re-registers, with no round spent.
+  auto real = Client()->KeepAlive(KeepAliveOf("run", *first[1], "b"));
+  ASSERT_TRUE(real.ok()) << real.status();
+  EXPECT_TRUE(real->round_current());
+  EXPECT_EQ(real->current_round(), 1);
+}
+
+TEST_F(ServiceTest, WithoutADurableKeyAnUnknownRunReRegistersOnlyAPossibleRound) {
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  Start(port);  // a new random key: it cannot verify its predecessor's
+  v1::KeepAliveRequest huge = KeepAliveOf("run", *first[0], "a");
+  *huge.mutable_options() = Request("run", "a", conf).options();
+  for (int i = 0; i < 50; ++i) *huge.mutable_assignment()->add_participants() = first[0]->participants(1);
+  auto refused = Client()->KeepAlive(huge);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_EQ(Client()->RunStatus("run").status().code(), absl::StatusCode::kNotFound)
+      << "a refused re-registration leaves no run behind";
+  v1::KeepAliveRequest real = KeepAliveOf("run", *first[0], "a");
+  *real.mutable_options() = Request("run", "a", conf).options();
+  auto event = Client()->KeepAlive(real);
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_TRUE(event->round_current());
+  // Once it has an active round, a forged later one is refused.
+  auto forged = Client()->KeepAlive(Hijack(*first[0], "a"));
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kPermissionDenied) << forged.status();
 }
 
 TEST_F(ServiceTest, KeepAliveForAnUnknownRunWithoutAssignmentIsNotFound) {

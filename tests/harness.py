@@ -3,7 +3,11 @@
 A `Cluster` is a set of hosts, each with its own address:
   * where the machine allows it (root, `ip`), one network namespace per host,
     wired by veth pairs to a bridge that lives in a namespace of its own, with
-    addresses in 198.18.0.0/24 (RFC 2544's range for test networks);
+    addresses in 198.18.0.0/24 (RFC 2544's range for test networks); each
+    host has its own hostname (a UTS namespace per process started there:
+    h0, h1, ...) and its own /etc/hosts (/etc/netns/<ns>/hosts, which `ip
+    netns exec` mounts), written as Debian writes one: the host's own name
+    on 127.0.1.1, the other hosts' names on their addresses;
   * elsewhere, hosts on loopback addresses 127.0.<k>.<n>.
 Everything the cluster makes it removes again (`close`, or `with Cluster()`),
 and every process it starts is killed and reaped at the end.
@@ -77,7 +81,9 @@ class Host:
 
     def argv(self, argv):
         if self.netns:
-            return ["ip", "netns", "exec", self.netns] + list(argv)
+            # Its own hostname, as a real host has.
+            return (["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c",
+                     'hostname "$0" && exec "$@"', self.name] + list(argv))
         return list(argv)
 
     def spawn(self, argv, log=None, env=None, **kw):
@@ -112,6 +118,7 @@ class Cluster:
         self.procs = []
         self.hosts = []
         self.namespaces = []
+        self.etc_folders = []
         self.tag = "%x" % random.getrandbits(24)
         ok, why = netns_available() if use_netns in (None, True) else (False, "not asked for")
         if use_netns is True and not ok:
@@ -152,6 +159,15 @@ class Cluster:
             _ip(["netns", "exec", ns, "ip", "link", "set", "eth0", "up"])
             _ip(["netns", "exec", ns, "ip", "link", "set", "lo", "up"])
             self.hosts.append(Host(self, "h%d" % i, addr, ns))
+        for host in self.hosts:
+            folder = os.path.join("/etc/netns", host.netns)
+            os.makedirs(folder, exist_ok=True)
+            self.etc_folders.append(folder)
+            lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
+                     "127.0.1.1 %s" % host.name]
+            lines += ["%s %s" % (h.addr, h.name) for h in self.hosts if h is not host]
+            with open(os.path.join(folder, "hosts"), "w") as f:
+                f.write("\n".join(lines) + "\n")
 
     def close(self):
         for p in self.procs:
@@ -175,6 +191,9 @@ class Cluster:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces = []
+        for folder in self.etc_folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.etc_folders = []
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self):

@@ -57,7 +57,7 @@ class Node:
         argv = [harness.binary(LAUNCHER),
                 "--nnodes", nnodes, "--nproc_per_node", str(nproc), "--fake_gpus", str(nproc),
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
-                "--local_addr", host.addr, "--max_restarts", str(max_restarts),
+                "--max_restarts", str(max_restarts),
                 "--monitor_interval", "0.1"] + list(launcher_args) + [
                 harness.binary(TRAIN), "--checkpoint_dir", os.path.join(work, "ckpt"),
                 "--metrics_json", self.metrics] + list(train_args)

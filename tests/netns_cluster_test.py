@@ -1,6 +1,7 @@
 """The test cluster itself: hosts get their own addresses, reach each other
 over TCP (across veths and the bridge where namespaces are allowed), and
 closing the cluster leaves no namespace and no process behind."""
+import os
 import socket
 import subprocess
 import sys
@@ -50,6 +51,16 @@ class ClusterTest(unittest.TestCase):
         try:
             self.assertEqual(len(names), 3)  # bridge + 2 hosts
             self.check_cluster(cluster)
+            # Each host has its own name, resolves its own name as Debian
+            # does (127.0.1.1), and the other's to its address.
+            a, b = cluster.hosts
+            probe = subprocess.run(
+                b.argv([sys.executable, "-c",
+                        "import socket,sys; print(socket.gethostname(), socket.gethostbyname(sys.argv[1]),"
+                        " socket.gethostbyname(socket.gethostname()))", a.name]),
+                capture_output=True, text=True, timeout=30)
+            self.assertEqual(probe.returncode, 0, probe.stderr)
+            self.assertEqual(probe.stdout.split(), [b.name, a.addr, "127.0.1.1"])
             cluster.hosts[1].cut()
             probe = subprocess.run(
                 cluster.hosts[1].argv([sys.executable, "-c",
@@ -62,6 +73,7 @@ class ClusterTest(unittest.TestCase):
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for ns in names:
             self.assertNotIn(ns, listed)
+            self.assertFalse(os.path.exists("/etc/netns/" + ns), "hosts file left behind")
 
 
 if __name__ == "__main__":

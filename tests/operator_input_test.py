@@ -53,7 +53,7 @@ class OperatorInputTest(unittest.TestCase):
         """Runs one more launcher; returns (exit code, output, seconds)."""
         argv = [harness.binary(jobs.LAUNCHER), "--nnodes", nnodes, "--nproc_per_node", "1",
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", self.run_id,
-                "--local_addr", self.cluster.hosts[1].addr, "--rdzv_conf", conf,
+                "--rdzv_conf", conf,
                 "--no_python", "/bin/true"]
         t0 = time.monotonic()
         r = subprocess.run(self.cluster.hosts[1].argv(argv), capture_output=True, text=True,

@@ -85,19 +85,4 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   return env;
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the rendezvous token file ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(text.str()));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("the rendezvous token file ", path, " is empty"));
-  }
-  return token;
-}
-
 }  // namespace cpptorchrun::worker

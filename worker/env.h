@@ -41,10 +41,6 @@ using EnvLookup = std::function<const char*(const char*)>;
 // RANK outside [0, WORLD_SIZE), LOCAL_RANK negative, a port outside 1..65535.
 absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup);
 
-// Reads the token file named by CPPTORCHRUN_RDZV_TOKEN_FILE, trimming
-// surrounding whitespace. Errors name the file (never its contents).
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
-
 }  // namespace cpptorchrun::worker
 
 #endif  // CPPTORCHRUN_WORKER_ENV_H_

@@ -72,17 +72,5 @@ TEST(WorkerEnv, BadValuesAreNamed) {
               HasSubstr("CPPTORCHRUN_RDZV_ROUND"));
 }
 
-TEST(WorkerEnv, TokenFile) {
-  std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  std::ofstream(dir + "/token") << "  s3cret\n";
-  absl::StatusOr<std::string> token = ReadTokenFile(dir + "/token");
-  ASSERT_TRUE(token.ok());
-  EXPECT_EQ(*token, "s3cret");
-  std::ofstream(dir + "/empty") << "\n";
-  EXPECT_THAT(ReadTokenFile(dir + "/empty").status().message(), HasSubstr("is empty"));
-  absl::Status missing = ReadTokenFile(dir + "/none").status();
-  EXPECT_THAT(missing.message(), HasSubstr(dir + "/none"));
-}
-
 }  // namespace
 }  // namespace cpptorchrun::worker

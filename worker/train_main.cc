@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/token.h"
 #include "rendezvous/client.h"
 #include "rendezvous/store.h"
 #include "worker/backend.h"
@@ -91,7 +92,7 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
   rdzv::ClientOptions options;
   options.endpoint = env.rdzv_endpoint;
   if (!env.rdzv_token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadTokenFile(env.rdzv_token_file);
+    absl::StatusOr<std::string> token = base::ReadTokenFile(env.rdzv_token_file);
     if (!token.ok()) return token.status();
     options.token = *token;
   }

@@ -6,6 +6,7 @@
 //
 // Usage (from BUILD): launcher_integration_test <cpptorchrun> <test_worker>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -48,6 +50,20 @@ std::string ReadFile(const std::string& path) {
 }
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// The folders under `log_dir` whose names start with `<run_id>_`: one per
+// launcher (torchrun's <run_id>_<unique>).
+std::vector<std::string> OwnLogFolders(const std::string& log_dir, const std::string& run_id) {
+  std::vector<std::string> found;
+  if (DIR* d = opendir(log_dir.c_str()); d != nullptr) {
+    while (dirent* e = readdir(d)) {
+      if (absl::StartsWith(e->d_name, run_id + "_")) found.push_back(log_dir + "/" + e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
 
 // True when `pid` is gone (or a zombie nobody reaped yet).
 bool Dead(pid_t pid) {
@@ -342,9 +358,12 @@ TEST_F(LauncherTest, LogFilesLayoutRedirectsAndTee) {
   Launcher l({"--nproc_per_node=2", "--rdzv_id=logjob", "--log_dir", logs, "--redirects=2", "--tee=1",
               "--max_restarts=1", g_worker, "--print", "hello-out", "--fail_until", "*:1"});
   ASSERT_EQ(l.Wait(), 0) << l.err();
+  const std::vector<std::string> own = OwnLogFolders(logs, "logjob");
+  ASSERT_EQ(own.size(), 1u) << l.err();
+  EXPECT_THAT(l.err(), HasSubstr(own[0])) << "the launcher names its log folder";
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (int r = 0; r < 2; ++r) {
-      std::string base = absl::StrCat(logs, "/logjob/attempt_", attempt, "/", r, "/");
+      std::string base = absl::StrCat(own[0], "/attempt_", attempt, "/", r, "/");
       EXPECT_TRUE(Exists(base + "stdout.log")) << base;
       EXPECT_TRUE(Exists(base + "stderr.log")) << base;
       // Attempt 0 may be stopped before a worker printed; attempt 1 runs to the end.
@@ -361,7 +380,29 @@ TEST_F(LauncherTest, RedirectKeepsOutputOffTheConsole) {
   Launcher l({"--nproc_per_node=1", "--log_dir", logs, "-r", "3", g_worker, "--print", "quiet-line"});
   ASSERT_EQ(l.Wait(), 0) << l.err();
   EXPECT_THAT(l.out(), Not(HasSubstr("quiet-line")));
-  EXPECT_EQ(ReadFile(logs + "/none/attempt_0/0/stdout.log"), "quiet-line\n");
+  const std::vector<std::string> own = OwnLogFolders(logs, "none");
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(ReadFile(own[0] + "/attempt_0/0/stdout.log"), "quiet-line\n");
+}
+
+TEST_F(LauncherTest, LaunchersSharingALogDirNeverWriteIntoEachOthersFiles) {
+  // Two nodes of one job on a shared filesystem, or the same job run twice:
+  // one --log_dir, one run id.
+  std::string logs = dir_ + "/shared-logs";
+  Launcher a({"--nproc_per_node=1", "--rdzv_id=twice", "--log_dir", logs, "-r", "3", g_worker, "--print",
+              "from-a"});
+  Launcher b({"--nproc_per_node=1", "--rdzv_id=twice", "--log_dir", logs, "-r", "3", g_worker, "--print",
+              "from-b"});
+  ASSERT_EQ(a.Wait(), 0) << a.err();
+  ASSERT_EQ(b.Wait(), 0) << b.err();
+  Launcher again({"--nproc_per_node=1", "--rdzv_id=twice", "--log_dir", logs, "-r", "3", g_worker,
+                  "--print", "from-again"});
+  ASSERT_EQ(again.Wait(), 0) << again.err();
+  const std::vector<std::string> own = OwnLogFolders(logs, "twice");
+  ASSERT_EQ(own.size(), 3u);
+  std::multiset<std::string> outputs;
+  for (const std::string& f : own) outputs.insert(ReadFile(f + "/attempt_0/0/stdout.log"));
+  EXPECT_EQ(outputs, (std::multiset<std::string>{"from-a\n", "from-b\n", "from-again\n"}));
 }
 
 TEST_F(LauncherTest, NoHalfLinesUnderAFlood) {

@@ -1,0 +1,168 @@
+"""Hostile clients against a live 2-node job (issue 14): a Python gRPC
+client that holds the token speaks proto/rendezvous.proto to the server of a
+running job and tries to take it over. Each attempt must be refused with a
+precise status, and the job must finish exit 0 with its real ranks and
+MASTER_ADDR, no restart spent.
+
+1. A KeepAlive that re-registers the live run one round ahead, with every
+   node at group rank 0 and MASTER_ADDR 6.6.6.6 (the hijack: it used to
+   restart both nodes' workers as RANK 0 against 6.6.6.6, and exit 0).
+2. The next round with a real node's id, the real round's participants
+   copied from RunStatus, and a signature that is not the server's.
+3. A run the server does not know, re-registered from a participant list of
+   100,000 nodes (it used to allocate them all).
+
+The attacker runs on a host of the cluster (a subprocess of this file in
+that host's network namespace) and reports what it saw as JSON.
+"""
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import unittest
+
+import harness
+import jobs
+
+TRAIN = ["--epochs", "1", "--limit", "12288", "--checkpoint_every", "8",
+         "--heartbeat_interval", "0.2", "--progress", "lines"]
+
+
+# --- the attacker (runs in a host's namespace) -------------------------------
+
+def _status(client, run_id):
+    resp, code, details = client.call("RunStatus", client.pb.RunStatusRequest(run_id=run_id))
+    if code.name != "OK":
+        return {"code": code.name, "details": details}
+    return {"code": "OK", "round": resp.round,
+            "nodes": sorted((n.participant.node_id, n.participant.host, n.participant.group_rank)
+                            for n in resp.nodes), "raw": resp}
+
+
+def _forged_round(client, status, round_delta, master):
+    pb = client.pb
+    nodes = status["raw"].nodes
+    a = pb.Assignment(round=status["round"] + round_delta, group_world_size=len(nodes),
+                      world_size=sum(n.participant.local_world_size for n in nodes),
+                      master_addr=master, master_port=29500, signature=b"\0" * 32)
+    for n in nodes:
+        a.participants.add().CopyFrom(n.participant)
+    return a
+
+
+def attack(name, endpoint, token, run_id):
+    import rdzv_wire
+    client = rdzv_wire.Client(endpoint, token)
+    pb = client.pb
+    before = _status(client, run_id)
+    if name == "hijack":
+        victim = before["raw"].nodes[0].participant
+        a = _forged_round(client, before, 1, "6.6.6.6")
+        for p in a.participants:
+            p.group_rank, p.rank_offset = 0, 0
+        req = pb.KeepAliveRequest(run_id=run_id, node_id=victim.node_id, assignment=a)
+    elif name == "made_up_signature":
+        victim = before["raw"].nodes[1].participant
+        a = _forged_round(client, before, 1, victim.host)
+        a.group_rank, a.rank_offset = victim.group_rank, victim.rank_offset
+        req = pb.KeepAliveRequest(run_id=run_id, node_id=victim.node_id, assignment=a)
+    elif name == "huge_unknown_run":
+        n = 100000
+        a = pb.Assignment(round=1, group_world_size=n, world_size=n, master_addr="6.6.6.6", master_port=1)
+        for i in range(n):
+            a.participants.add(node_id="n%d" % i, host="h", group_rank=i, local_world_size=1, rank_offset=i)
+        req = pb.KeepAliveRequest(run_id="ghost-%x" % random.getrandbits(24), node_id="n0", assignment=a)
+    else:
+        raise ValueError(name)
+    _, code, details = client.call("KeepAlive", req, timeout=30)
+    after = _status(client, run_id)
+    ghost = _status(client, req.run_id) if req.run_id != run_id else None
+    client.close()
+    strip = lambda s: {k: v for k, v in s.items() if k != "raw"} if s else s
+    return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
+            "ghost": strip(ghost)}
+
+
+# --- the scenario ------------------------------------------------------------
+
+class HostileClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        try:
+            import grpc  # noqa: F401  (Debian's python3-grpcio, from tools/bootstrap)
+        except ImportError as e:
+            raise unittest.SkipTest("needs python3-grpcio (tools/bootstrap installs it): %s" % e)
+        cls.cluster = harness.Cluster(4)
+        cls.work = jobs.work_dir(cls, "cpt-hostile-")
+        cls.token = "s3cret-%x" % random.getrandbits(64)
+        token_file = os.path.join(cls.work, "token")
+        with open(token_file, "w") as f:
+            f.write(cls.token + "\r\n")  # CRLF: the same token for every reader
+        os.chmod(token_file, 0o600)
+        cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work, extra=["--token_file", token_file])
+        cls.run_id = "hostile-%06x" % random.getrandbits(24)
+        conf = ["--rdzv_conf", "token_file=%s,last_call_timeout=1" % token_file]
+        cls.nodes = [jobs.Node(cls.cluster.hosts[i], cls.work, "node%d" % i, cls.server.endpoint, "2:2",
+                               run_id=cls.run_id, launcher_args=conf, train_args=TRAIN)
+                     for i in (1, 2)]
+        harness.wait_for(lambda: all(" of 4, master" in n.text() for n in cls.nodes), 120,
+                         "the running job's first round")
+
+    @classmethod
+    def tearDownClass(cls):
+        if not hasattr(cls, "cluster"):
+            return
+        try:
+            for n in cls.nodes:
+                rc = n.wait(600)
+                assert rc == 0, n.text()[-3000:]
+            metrics = [n.metrics for n in cls.nodes if os.path.exists(n.metrics)]
+            assert len(metrics) == 1, metrics
+            m = jobs.read_metrics(metrics[0])
+            assert m["world_size"] == 4 and m["restart_count"] == 0, m
+            addrs = {cls.cluster.hosts[1].addr, cls.cluster.hosts[2].addr}
+            for n in cls.nodes:
+                text = n.text()
+                assert "round 2" not in text, "the job was disturbed:\n" + text[-3000:]
+                assert "6.6.6.6" not in text, "a forged MASTER_ADDR reached a node:\n" + text[-3000:]
+                masters = set(re.findall(r"of 4, master (\S+):\d+", text))
+                assert len(masters) == 1 and masters <= addrs, masters
+        finally:
+            cls.cluster.close()
+
+    def run_attack(self, name):
+        """Runs attack `name` on host 3 (not a node of the job); its report."""
+        attacker = self.cluster.hosts[3]
+        argv = ["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                os.path.abspath(__file__), "--attack", name, self.server.endpoint, self.token, self.run_id]
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run(attacker.argv(argv), capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        report = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(report["before"]["code"], "OK", report)
+        # The job is untouched: the same round, nodes, hosts and ranks.
+        self.assertEqual(report["after"], report["before"])
+        return report
+
+    def test_hijack_one_round_ahead_is_refused(self):
+        report = self.run_attack("hijack")
+        self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+        self.assertIn("not issued by this server", report["details"])
+
+    def test_plausible_round_with_a_made_up_signature_is_refused(self):
+        report = self.run_attack("made_up_signature")
+        self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+
+    def test_huge_participant_list_for_an_unknown_run_is_refused(self):
+        report = self.run_attack("huge_unknown_run")
+        self.assertIn(report["code"], ("PERMISSION_DENIED", "RESOURCE_EXHAUSTED"), report)
+        self.assertEqual(report["ghost"]["code"], "NOT_FOUND", "a refused re-registration leaves no run")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--attack":
+        print(json.dumps(attack(*sys.argv[2:6])))
+    else:
+        harness.main()

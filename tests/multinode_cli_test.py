@@ -1,0 +1,109 @@
+"""A multi-node job launched as every torchrun guide launches one: two hosts
+(network namespaces, each with its own hostname and a Debian-style
+/etc/hosts that puts its own name on 127.0.1.1), the same command line on
+both, `--rdzv_endpoint <host 0>:29400` by IP or by hostname, no
+`--local_addr`, no `is_host`, and one `--log_dir` shared by both nodes (a
+shared filesystem). Host 0 must serve the endpoint, both nodes must train
+together as ranks 0..3 of 4 with a MASTER_ADDR the other host can reach,
+and the shared log folder must hold every rank's output.
+"""
+import os
+import re
+import unittest
+
+import harness
+import jobs
+
+NPROC = 2
+PORT = 29400  # torchrun's default: each host is a namespace of its own
+
+
+class MultiNodeCommandLineTest(unittest.TestCase):
+    def setUp(self):
+        ok, why = harness.netns_available()
+        if not ok:
+            self.skipTest("needs network namespaces (hosts with their own addresses and names): " + why)
+        self.cluster = harness.Cluster(2, use_netns=True)
+        self.addCleanup(self.cluster.close)
+        self.work = jobs.work_dir(self, "cpt-multinode-")
+
+    def run_job(self, endpoint_host):
+        logs = os.path.join(self.work, "logs")  # one folder for both nodes
+        run_id = "guide"
+        # Every rank prints its environment, then trains (Gloo across the
+        # two hosts, the NCCL bootstrap over the rendezvous store).
+        worker = ('echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE group=$GROUP_RANK '
+                  'master=$MASTER_ADDR:$MASTER_PORT host=$(hostname)"; exec "$@"')
+        argv = [harness.binary(jobs.LAUNCHER), "--nnodes", "2", "--nproc_per_node", str(NPROC),
+                "--fake_gpus", str(NPROC), "--rdzv_backend", "c10d",
+                "--rdzv_endpoint", "%s:%d" % (endpoint_host, PORT), "--rdzv_id", run_id,
+                "--max_restarts", "0", "--log_dir", logs, "--tee", "3", "--no_python",
+                "/bin/sh", "-c", worker, "sh", harness.binary(jobs.TRAIN),
+                "--epochs", "1", "--limit", "2048", "--progress", "none",
+                "--metrics_json", os.path.join(self.work, "metrics.json")]
+        nodes = []
+        for host in self.cluster.hosts:
+            log = os.path.join(self.work, "%s-%s.log" % (endpoint_host, host.name))
+            proc = host.spawn(argv, log=log)
+            nodes.append((host, proc, log))
+        texts = []
+        for host, proc, log in nodes:
+            try:
+                rc = proc.wait(timeout=300)
+            except Exception:
+                rc = None
+            with open(log, errors="replace") as f:
+                text = f.read()
+            texts.append(text)
+            self.assertEqual(rc, 0, "%s exited %s:\n%s" % (host.name, rc, text[-4000:]))
+        return logs, run_id, texts
+
+    def check(self, endpoint_host):
+        logs, run_id, (text0, text1) = self.run_job(endpoint_host)
+        # Host 0 served the endpoint; host 1 was its client, quietly.
+        self.assertRegex(text0, r"serving the rendezvous at ")
+        self.assertNotRegex(text1, r"serving the rendezvous at ")
+        for text in (text0, text1):
+            for raw in ("Address already in use", "Failed to add", "bind"):
+                self.assertNotIn(raw, text, "no raw bind error on the console")
+        # Each node says which address it took and why: the route's source.
+        addrs = [h.addr for h in self.cluster.hosts]
+        for text, addr in zip((text0, text1), addrs):
+            self.assertRegex(text, r"this node's address: %s \(" % re.escape(addr))
+        # Ranks 0..3 of 4, with MASTER_ADDR an address host 1 can reach.
+        seen = {}
+        for text, host in zip((text0, text1), self.cluster.hosts):
+            for m in re.finditer(r"rank=(\d+) local=(\d+) world=(\d+) group=(\d+) master=([^:]+):(\d+) "
+                                 r"host=(\S+)", text):
+                rank, local, world, group, master, _port, where = m.groups()
+                self.assertEqual(where, host.name)
+                self.assertEqual(int(world), 2 * NPROC)
+                self.assertEqual(master, addrs[0], "MASTER_ADDR is host 0's reachable address")
+                seen[int(rank)] = (host.name, int(local), int(group))
+        self.assertEqual(sorted(seen), list(range(2 * NPROC)), seen)
+        # Training happened across both hosts: rank 0 wrote the figures.
+        metrics = jobs.read_metrics(os.path.join(self.work, "metrics.json"))
+        self.assertEqual(metrics["world_size"], 2 * NPROC)
+        # One shared --log_dir: a folder per node, every rank's output kept.
+        own = sorted(d for d in os.listdir(logs) if d.startswith(run_id + "_"))
+        self.assertEqual(len(own), 2, os.listdir(logs))
+        ranks_logged = set()
+        for d in own:
+            for local in range(NPROC):
+                path = os.path.join(logs, d, "attempt_0", str(local), "stdout.log")
+                with open(path) as f:
+                    m = re.search(r"rank=(\d+) local=%d " % local, f.read())
+                self.assertIsNotNone(m, path)
+                ranks_logged.add(int(m.group(1)))
+        self.assertEqual(ranks_logged, set(range(2 * NPROC)))
+        self.assertEqual(jobs.job_leftovers(run_id), [])
+
+    def test_endpoint_by_ip(self):
+        self.check(self.cluster.hosts[0].addr)
+
+    def test_endpoint_by_hostname(self):
+        self.check(self.cluster.hosts[0].name)
+
+
+if __name__ == "__main__":
+    harness.main()
