@@ -110,7 +110,8 @@ const std::map<std::string, ConfKind>& ConfKeys() {
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& text,
-                                                                 const std::string& what) {
+                                                                 const std::string& what,
+                                                                 std::vector<std::string>* warnings) {
   std::map<std::string, std::string> conf;
   if (text.empty()) return conf;
   std::vector<std::string> names;
@@ -120,7 +121,17 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) return Bad(what, allowed, text);
     auto it = ConfKeys().find(kv[0]);
-    if (it == ConfKeys().end()) return Bad(what, allowed, std::string(item));
+    if (it == ConfKeys().end()) {
+      // torchrun passes every key to its backend, which ignores what it
+      // does not use (store_type=tcp, ...): a warning, not an error.
+      bool printable = std::all_of(kv[0].begin(), kv[0].end(), [](char ch) {
+        return absl::ascii_isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
+      });
+      if (!printable || kv[0].size() > 64) return Bad(what, allowed, std::string(item));
+      warnings->push_back(absl::StrCat(what, ": key '", kv[0], "' is not used by cpptorchrun (ignored; known: ",
+                                       absl::StrJoin(names, " "), ")"));
+      continue;
+    }
     const std::string key_what = absl::StrCat(what, " ", kv[0]);
     switch (it->second) {
       case ConfKind::kSeconds:
@@ -253,6 +264,47 @@ std::string SignalName(int signo) {
   return absl::StrCat("SIG", signo);
 }
 
+absl::StatusOr<std::vector<std::string>> ExpandFlagPrefixes(const std::vector<std::string>& argv,
+                                                          const std::vector<LongFlag>& flags) {
+  std::vector<std::string> out = argv;
+  // Canonical key of a spelling: dashes and underscores are one.
+  auto canon = [](std::string s) {
+    std::replace(s.begin(), s.end(), '-', '_');
+    return s;
+  };
+  for (size_t i = 1; i < out.size(); ++i) {
+    const std::string& arg = out[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') break;  // the program: its flags are its own
+    if (arg[1] != '-') {
+      // Short flags: -r/-t take a value unless attached (-r3); -m does not.
+      if ((arg == "-r" || arg == "-t") && i + 1 < out.size()) ++i;
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = canon(arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
+    const LongFlag* exact = nullptr;
+    std::vector<const LongFlag*> matches;
+    for (const LongFlag& f : flags) {
+      if (f.key == name) exact = &f;
+      if (!name.empty() && absl::StartsWith(f.key, name)) matches.push_back(&f);
+    }
+    const LongFlag* chosen = exact;
+    if (chosen == nullptr && matches.size() == 1) {
+      chosen = matches[0];
+      out[i] = absl::StrCat("--", chosen->key, eq == std::string::npos ? "" : arg.substr(eq));
+    } else if (chosen == nullptr && matches.size() > 1) {
+      std::vector<std::string> names;
+      for (const LongFlag* m : matches) names.push_back("--" + m->key);
+      std::sort(names.begin(), names.end());
+      return absl::InvalidArgumentError(absl::StrCat("ambiguous flag '", arg.substr(0, eq), "': could be ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    if (chosen != nullptr && chosen->takes_value && eq == std::string::npos) ++i;  // its value
+  }
+  return out;
+}
+
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& argv,
                                                    const std::map<std::string, std::string>& env) {
   if (argv.size() >= 2 && argv[1] == "status") return ParseStatus(argv);
@@ -343,6 +395,8 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
       "seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
   add("exit_barrier_timeout", "--exit_barrier_timeout,--exit-barrier-timeout",
       "PET_EXIT_BARRIER_TIMEOUT", "seconds to wait for the other nodes at exit (default 300)");
+  add("logs_specs", "--logs_specs,--logs-specs", "PET_LOGS_SPECS",
+      "torchrun's logs-specs plugin: only the default is available (it is a Python entry point)");
   add("log_level", "--log_level,--log-level", "PET_LOG_LEVEL",
       "trace|debug|info|warn|error|critical|off (default info)");
   bool version = false;
@@ -350,8 +404,17 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
 
   ParsedCommandLine out;
   std::vector<std::string> rest;
+  // argparse's habit, which torchrun users have: an unambiguous prefix of
+  // a long flag names it (--nproc=2, --redirect 3).
+  std::vector<LongFlag> long_flags;
+  for (const auto& [key, r] : raw) long_flags.push_back({key, /*takes_value=*/true});
+  for (const auto& [key, f] : flags) long_flags.push_back({key, /*takes_value=*/false});
+  long_flags.push_back({"version", false});
+  long_flags.push_back({"help", false});
+  absl::StatusOr<std::vector<std::string>> expanded = ExpandFlagPrefixes(argv, long_flags);
+  if (!expanded.ok()) return expanded.status();
   try {
-    std::vector<std::string> args(argv.rbegin(), argv.rend() - 1);
+    std::vector<std::string> args(expanded->rbegin(), expanded->rend() - 1);
     app.parse(args);
     rest = app.remaining();
   } catch (const CLI::CallForHelp&) {
@@ -474,7 +537,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     c.rdzv_id = v;
   }
   {
-    auto conf = ParseRdzvConf(value("rdzv_conf", "", &src), src);
+    auto conf = ParseRdzvConf(value("rdzv_conf", "", &src), src, &c.warnings);
     if (!conf.ok()) return conf.status();
     c.rdzv_conf = *conf;
   }
@@ -597,6 +660,16 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
   c.training_script_args.assign(rest.begin() + 1, rest.end());
 
   // Combinations.
+  {
+    // torchrun's default specs (DefaultLogsSpecs, entry point "default") are
+    // what cpptorchrun does; anything else is a Python plugin it cannot load.
+    std::string v = value("logs_specs", "", &src);
+    if (!v.empty() && v != "default" && v != "DefaultLogsSpecs") {
+      return Bad(src, "the default logs specs ('default' or 'DefaultLogsSpecs'); other specs are Python "
+                      "plugins (torchrun.logs_specs entry points) that cpptorchrun cannot load",
+                 v);
+    }
+  }
   if (c.module && c.no_python) {
     return absl::InvalidArgumentError("--module/-m and --no_python: not both (a module needs python)");
   }

@@ -96,6 +96,11 @@ struct LaunchConfig {
 
   std::string training_script;
   std::vector<std::string> training_script_args;
+
+  // What the command line asked for that cpptorchrun takes but does not use
+  // (unknown --rdzv_conf keys: torchrun hands them to its backend, which
+  // ignores what it does not know); the launcher logs each as a warning.
+  std::vector<std::string> warnings;
 };
 
 // Derived from the program flags and the script's name.
@@ -114,6 +119,21 @@ struct ParsedCommandLine {
   StatusConfig status;
   std::string text;  // --help / --version output
 };
+
+// A long flag of the launcher (its underscored spelling, without "--").
+struct LongFlag {
+  std::string key;
+  bool takes_value = true;
+};
+
+// argparse's rule for the launcher's own flags (those before the program):
+// an unambiguous prefix of a long flag, in either spelling (dashes or
+// underscores), is rewritten as the whole flag ("--nproc=2" ->
+// "--nproc_per_node=2"); an exact name always wins; a prefix of several is
+// InvalidArgument naming them. Everything from the program on is left as
+// it is. argv[0] is the program name.
+absl::StatusOr<std::vector<std::string>> ExpandFlagPrefixes(const std::vector<std::string>& argv,
+                                                          const std::vector<LongFlag>& flags);
 
 // argv[0] is the program name. `env` holds the environment (PET_*,
 // CPPTORCHRUN_FAKE_GPUS); flags given on the command line win over it.

@@ -29,6 +29,27 @@ LaunchConfig MustLaunch(std::vector<std::string> args, const Env& env = {}) {
   return parsed->launch;
 }
 
+TEST(Cli, UnambiguousPrefixesNameTheirFlagAsArgparseDoes) {
+  LaunchConfig c = MustLaunch({"--nproc=2", "--redirect", "3", "--max-rest=4", "--stand", "train", "--nproc=9"});
+  EXPECT_EQ(c.nproc_per_node, 2);
+  EXPECT_EQ(c.redirects.all, 3);
+  EXPECT_EQ(c.max_restarts, 4);
+  EXPECT_TRUE(c.standalone);
+  // The program's own flags are its own.
+  EXPECT_EQ(c.training_script_args, (std::vector<std::string>{"--nproc=9"}));
+  // An exact name wins over being a prefix of another (--role, not --role_x).
+  EXPECT_EQ(MustLaunch({"--role", "trainer", "p"}).role, "trainer");
+}
+
+TEST(Cli, UnknownRdzvConfKeysAreWarningsAsInTorchrun) {
+  LaunchConfig c = MustLaunch({"--rdzv_conf=store_type=tcp,join_timeout=9", "p"});
+  EXPECT_EQ(c.rdzv_conf.count("store_type"), 0u);
+  EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "9");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("key 'store_type' is not used by cpptorchrun"), std::string::npos);
+  EXPECT_TRUE(MustLaunch({"--logs-specs=default", "p"}).warnings.empty());
+}
+
 TEST(Cli, TorchrunDefaults) {
   LaunchConfig c = MustLaunch({"train"});
   EXPECT_EQ(c.min_nodes, 1);
@@ -260,7 +281,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--rdzv_endpoint=h o:5", "p"}, {}, "--rdzv_endpoint"},
         BadCase{{"--rdzv_id=a b", "p"}, {}, "--rdzv_id"},
         BadCase{{"--rdzv_id", "", "p"}, {}, "--rdzv_id"},
-        BadCase{{"--rdzv_conf=bogus=1", "p"}, {}, "--rdzv_conf"},
+        BadCase{{"--rdzv_conf=bo\x1bgus=1", "p"}, {}, "--rdzv_conf"},
+        BadCase{{"--n=2", "p"}, {}, "ambiguous flag '--n': could be --nnodes, --no_python, --node_rank, --nproc_per_node"},
+        BadCase{{"--logs_specs=my_plugin", "p"}, {}, "Python plugins"},
         BadCase{{"--rdzv_conf=join_timeout", "p"}, {}, "--rdzv_conf"},
         BadCase{{"--rdzv_conf=join_timeout=-3", "p"}, {}, "--rdzv_conf join_timeout"},
         BadCase{{"--rdzv_conf=keep_alive_max_attempt=0", "p"}, {}, "keep_alive_max_attempt"},

@@ -106,7 +106,8 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     auto sink = [&](int bit, int console_fd, const char* file) {
       StreamSink s;
       s.prefix = prefix;
-      s.console_fd = (shown && !(redirect & bit)) ? console_fd : -1;
+      // torchrun: --tee wins over --redirects for the console.
+      s.console_fd = (shown && (!(redirect & bit) || (tee & bit))) ? console_fd : -1;
       if ((redirect | tee) & bit) s.file_path = absl::StrCat(dir, "/", file);
       return s;
     };

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/printable.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::launcher {
@@ -55,7 +56,7 @@ class GrpcRoundMonitor final : public RoundMonitor {
       if (stop_) return true;
       end_.ended = true;
       end_.run_closed = e.run_closed();
-      end_.reason = e.reason().empty() ? (e.run_closed() ? "run closed" : "round ended") : e.reason();
+      end_.reason = e.reason().empty() ? (e.run_closed() ? "run closed" : "round ended") : base::Printable(e.reason());
     }
     on_end();
     return true;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/printable.h"
 #include "base/token.h"
 #include "rendezvous/endpoint.h"
 
@@ -40,7 +41,7 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
   absl::StrAppendFormat(&out, "run %s  round %d  state %s  nodes %d (waiting %d)  ranks %d\n",
                         st.run_id(), st.round(), StateName(st.state()), st.nodes_size(),
                         st.waiting_size(), ranks);
-  if (!st.closed_reason().empty()) absl::StrAppendFormat(&out, "closed: %s\n", st.closed_reason());
+  if (!st.closed_reason().empty()) absl::StrAppendFormat(&out, "closed: %s\n", base::Printable(st.closed_reason()));
   absl::StrAppendFormat(&out, "\n%-5s %-32s %-22s %-9s %-8s %s\n", "NODE", "NODE_ID", "HOST", "RANKS",
                         "RESTARTS", "KEEPALIVE_AGE");
   for (const auto& n : st.nodes()) {

@@ -3,6 +3,7 @@
 // status code and message, then that another client is still served.
 #include <future>
 #include <memory>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,35 @@ TEST_F(BadInputTest, NodeInfo) {
   no_workers.mutable_node()->set_local_world_size(0);
   ExpectError(Client()->Join(no_workers).status(), absl::StatusCode::kInvalidArgument,
               "local_world_size");
+  v1::JoinRequest too_many_workers = Join("run", "a", 1, 1);
+  too_many_workers.mutable_node()->set_local_world_size(2147483647);
+  ExpectError(Client()->Join(too_many_workers).status(), absl::StatusCode::kInvalidArgument,
+              "max_local_world_size");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, ReasonsAndPrintedIdsAreBounded) {
+  v1::JoinRequest escape = Join("run", "a\x1b]0;owned\x07", 1, 1);
+  ExpectError(Client()->Join(escape).status(), absl::StatusCode::kInvalidArgument,
+              "node_id has a control character at byte 1");
+  v1::JoinRequest newline_host = Join("run", "a", 1, 1);
+  newline_host.mutable_node()->set_host("h\nfake log line");
+  ExpectError(Client()->Join(newline_host).status(), absl::StatusCode::kInvalidArgument,
+              "control character");
+  ExpectError(Client()->Leave("run", "a", std::string(2000, 'r')), absl::StatusCode::kInvalidArgument,
+              "max_reason_bytes");
+  ExpectError(Client()->Close("run", std::string(2000, 'r')), absl::StatusCode::kInvalidArgument,
+              "max_reason_bytes");
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, AddNeverWraps) {
+  auto store = Client()->OpenStore("run", 1);
+  ASSERT_TRUE(store->Add("n", std::numeric_limits<int64_t>::max() - 1).ok());
+  ExpectError(store->Add("n", 2).status(), absl::StatusCode::kOutOfRange, "would overflow int64");
+  EXPECT_EQ(*store->Add("n", 0), std::numeric_limits<int64_t>::max() - 1) << "the value is kept";
+  ASSERT_TRUE(store->Add("m", std::numeric_limits<int64_t>::min()).ok());
+  ExpectError(store->Add("m", -1).status(), absl::StatusCode::kOutOfRange, "would overflow int64");
   ExpectStillServing();
 }
 

@@ -26,8 +26,32 @@ absl::Status ValidateRunId(absl::string_view run_id, const Limits& limits) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The offset of the first control character (C0 or DEL), or npos.
+size_t FirstControl(absl::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+  }
+  return absl::string_view::npos;
+}
+
+}  // namespace
+
+absl::Status ValidateReason(absl::string_view reason, const Limits& limits) {
+  if (static_cast<int>(reason.size()) > limits.max_reason_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("reason is ", reason.size(), " bytes; the limit (max_reason_bytes) is ",
+                                                   limits.max_reason_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateNodeId(absl::string_view node_id, const Limits& limits) {
   if (node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
+  if (size_t at = FirstControl(node_id); at != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("node_id has a control character at byte ", at));
+  }
   if (static_cast<int>(node_id.size()) > limits.max_node_id_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("node_id is ", node_id.size(),
                                                    " bytes; the limit is ",
@@ -41,14 +65,19 @@ absl::Status ValidateNodeInfo(const v1::NodeInfo& node, const Limits& limits) {
   if (node.host().empty()) {
     return absl::InvalidArgumentError(absl::StrCat("node '", node.node_id(), "' has no host"));
   }
+  if (size_t at = FirstControl(node.host()); at != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host of node '", node.node_id(), "' has a control character at byte ", at));
+  }
   if (static_cast<int>(node.host().size()) > limits.max_node_id_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("host of node '", node.node_id(), "' is ",
                                                    node.host().size(), " bytes; the limit is ",
                                                    limits.max_node_id_bytes));
   }
-  if (node.local_world_size() < 1) {
+  if (node.local_world_size() < 1 || node.local_world_size() > limits.max_local_world_size) {
     return absl::InvalidArgumentError(absl::StrCat("local_world_size of node '", node.node_id(),
-                                                   "' must be >= 1, got ",
+                                                   "' must be in 1..", limits.max_local_world_size,
+                                                   " (max_local_world_size), got ",
                                                    node.local_world_size()));
   }
   if (node.free_port() < 0 || node.free_port() > 65535) {

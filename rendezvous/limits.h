@@ -24,6 +24,11 @@ struct Limits {
   // Node ids and hosts: 1..max_node_id_bytes bytes.
   int max_node_id_bytes = 256;
   int max_nodes_per_run = 100000;
+  // Leave and Close reasons (they are kept, logged and shown by Status).
+  int max_reason_bytes = 1024;
+  // Workers on one node (local_world_size), and progress rows in one
+  // keep-alive.
+  int max_local_world_size = 1 << 16;
   // Rounds with more nodes get assignments without the participant list
   // (their agents then cannot re-register after a server restart; they
   // re-join instead).
@@ -37,12 +42,15 @@ struct Limits {
   absl::Duration store_wait_bound = absl::Seconds(30);
 };
 
-// InvalidArgument naming the rule broken.
+// InvalidArgument naming the rule broken. Node ids and hosts are printed in
+// logs and tables: no control characters in them.
 absl::Status ValidateRunId(absl::string_view run_id, const Limits& limits);
 absl::Status ValidateNodeInfo(const v1::NodeInfo& node, const Limits& limits);
 absl::Status ValidateNodeId(absl::string_view node_id, const Limits& limits);
 absl::Status ValidateScope(const v1::Scope& scope, const Limits& limits);
 absl::Status ValidateKey(absl::string_view key, const Limits& limits);
+// A Leave or Close reason: at most max_reason_bytes.
+absl::Status ValidateReason(absl::string_view reason, const Limits& limits);
 // ResourceExhausted when over max_value_bytes.
 absl::Status ValidateValue(absl::string_view key, absl::string_view value, const Limits& limits);
 

@@ -216,15 +216,19 @@ absl::StatusOr<std::vector<v1::Participant>> AssignRanks(
   for (int i = 0; i < size; ++i) by_rank[rank_of[i]] = i;
   std::vector<v1::Participant> out;
   out.reserve(size);
-  int offset = 0;
+  int64_t offset = 0;
   for (int rank = 0; rank < size; ++rank) {
     const v1::NodeInfo& node = nodes[by_rank[rank]];
+    if (offset + node.local_world_size() > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the round's world size would exceed ", std::numeric_limits<int32_t>::max(), " ranks"));
+    }
     v1::Participant p;
     p.set_node_id(node.node_id());
     p.set_host(node.host());
     p.set_group_rank(rank);
     p.set_local_world_size(node.local_world_size());
-    p.set_rank_offset(offset);
+    p.set_rank_offset(static_cast<int32_t>(offset));
     offset += node.local_world_size();
     out.push_back(std::move(p));
   }
@@ -365,9 +369,28 @@ std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::st
 }
 
 void CompleteRound(absl::Time now, RunState* state) {
+  // At most max_nodes nodes, and a world size that fits int32: the previous
+  // round's participants first (survivors keep their place), then the
+  // others in arrival order. The rest wait as spares for the next round.
+  std::vector<Joiner> joiners = std::move(state->joiners);
+  std::stable_partition(joiners.begin(), joiners.end(), [&](const Joiner& j) {
+    return state->participant_index.contains(j.node.node_id());
+  });
   std::vector<v1::NodeInfo> nodes;
-  nodes.reserve(state->joiners.size());
-  for (const Joiner& j : state->joiners) nodes.push_back(j.node);
+  nodes.reserve(std::min<size_t>(joiners.size(), state->options.max_nodes));
+  int64_t world = 0;
+  std::vector<Joiner> left_out;
+  for (Joiner& j : joiners) {
+    if (static_cast<int>(nodes.size()) < state->options.max_nodes &&
+        world + j.node.local_world_size() <= std::numeric_limits<int32_t>::max()) {
+      world += j.node.local_world_size();
+      nodes.push_back(j.node);
+    } else {
+      left_out.push_back(std::move(j));
+    }
+  }
+  state->joiners.clear();
+  state->joiner_index.clear();
   absl::StatusOr<std::vector<v1::Participant>> ranked = AssignRanks(nodes, state->participants);
   if (!ranked.ok()) {
     // Static ranks are checked as nodes join; should they still not fit,
@@ -404,6 +427,7 @@ void CompleteRound(absl::Time now, RunState* state) {
   state->joiners.clear();
   state->joiner_index.clear();
   state->min_reached_at.reset();
+  for (Joiner& j : left_out) state->spares.push_back(std::move(j));
   ++state->version;
 }
 
@@ -412,13 +436,25 @@ void EndRound(absl::Time now, RunState* state, const std::string& reason) {
   state->active_ended = true;
   state->end_reason = reason;
   EnsureForming(state);
+  // Spares fill only the places the surviving participants leave free (in
+  // arrival order): a survivor that re-joins is never crowded out, and the
+  // round never has more than max_nodes. The others stay spares.
+  const int room = std::max(0, state->options.max_nodes - static_cast<int>(state->participants.size()) -
+                                   static_cast<int>(state->joiners.size()));
+  std::vector<Joiner> still_spare;
+  int admitted = 0;
   for (Joiner& spare : state->spares) {
     if (state->joiner_index.contains(spare.node.node_id())) continue;
+    if (admitted >= room) {
+      still_spare.push_back(std::move(spare));
+      continue;
+    }
+    ++admitted;
     spare.joined_at = now;
     state->joiner_index[spare.node.node_id()] = state->joiners.size();
     state->joiners.push_back(std::move(spare));
   }
-  state->spares.clear();
+  state->spares = std::move(still_spare);
   UpdateMinReached(now, state);
   ++state->version;
 }
@@ -441,6 +477,10 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
                                                    " of node '", node.node_id(),
                                                    "' is not below max_nodes ",
                                                    state->options.max_nodes));
+  }
+  if (last_round < 0 || last_round > kMaxRound) {
+    return absl::InvalidArgumentError(absl::StrCat("last_round ", last_round, " of node '", node.node_id(),
+                                                   "' is outside 0..", kMaxRound));
   }
   state->highest_round = std::max(state->highest_round, last_round);
   const std::string& id = node.node_id();
@@ -639,7 +679,9 @@ absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& node
     return absl::InvalidArgumentError(absl::StrCat("assignment: ", why));
   };
   const int n = a.participants_size();
-  if (a.round() < 1) return bad(absl::StrCat("round ", a.round(), " is not >= 1"));
+  if (a.round() < 1 || a.round() > kMaxRound) {
+    return bad(absl::StrCat("round ", a.round(), " is outside 1..", kMaxRound));
+  }
   if (n < 1 || n > options.max_nodes) {
     return bad(absl::StrCat(n, " participants; the run allows 1..", options.max_nodes));
   }

@@ -36,6 +36,11 @@ inline constexpr absl::Duration kDefaultCloseTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kDefaultKeepAliveInterval = absl::Seconds(5);
 inline constexpr int kDefaultKeepAliveMaxAttempt = 3;
 
+// The highest round number a run may reach (a Join's last_round, an
+// assignment's round): far beyond any job's life, and far enough below
+// INT64_MAX that "+ 1" never wraps.
+inline constexpr int64_t kMaxRound = int64_t{1} << 53;
+
 // RunOptions with defaults filled in and durations typed.
 struct RoundOptions {
   int min_nodes = 1;

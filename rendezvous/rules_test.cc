@@ -2,11 +2,13 @@
 // passing `now` in, never by sleeping.
 #include "rendezvous/rules.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace cpptorchrun::rdzv {
@@ -123,6 +125,26 @@ TEST(AssignRanks, NewcomersByNodeIdWithOffsets) {
   EXPECT_EQ((*ranked)[2].node_id(), "c");
   EXPECT_EQ((*ranked)[2].rank_offset(), 3);
   EXPECT_EQ((*ranked)[2].group_rank(), 2);
+}
+
+TEST(AssignRanks, AWorldSizeBeyondInt32IsRefusedNotWrapped) {
+  auto ranked = AssignRanks({Node("a", 2147483647), Node("b", 2147483647)}, {});
+  ASSERT_FALSE(ranked.ok());
+  EXPECT_NE(ranked.status().message().find("world size would exceed"), std::string::npos);
+  EXPECT_TRUE(AssignRanks({Node("a", 2147483646), Node("b", 1)}, {}).ok());
+}
+
+TEST(ApplyJoin, ALastRoundBeyondTheLimitIsRefusedAndChangesNothing) {
+  RunState s = NewRun("run", Options(1, 2));
+  for (int64_t bad : {std::numeric_limits<int64_t>::max(), kMaxRound + 1, int64_t{-1}}) {
+    auto r = ApplyJoin(kT0, &s, Node("a"), s.options, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("last_round"), std::string::npos);
+  }
+  EXPECT_EQ(s.highest_round, 0);
+  ASSERT_TRUE(ApplyJoin(kT0, &s, Node("a"), s.options, kMaxRound - 5).ok());
+  EXPECT_GT(s.forming_round, 0) << "round numbers stay positive";
 }
 
 TEST(AssignRanks, SurvivorsKeepRelativeOrderBeforeNewcomers) {
@@ -334,6 +356,25 @@ TEST(Active, NewcomerToAFullRoundIsASpareAdmittedWhenANodeLeaves) {
   JoinResult done = Join(&s, kT0 + absl::Seconds(4), "a", 1);
   EXPECT_EQ(done.outcome, JoinResult::Outcome::kComplete);
   EXPECT_EQ(Ids(s), (std::vector<std::string>{"a", "s"}));
+}
+
+TEST(Active, ManySparesNeverMakeARoundAboveMaxNodesAndTheSurvivorStays) {
+  // Issue 14: 2,000 spares and one Leave made a 2,000-node round in a 2:2
+  // job, without its surviving node.
+  RunState s = ActiveRun(2, 2, {"a", "b"});
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_EQ(Join(&s, kT0 + absl::Seconds(1), absl::StrCat("spare", i)).outcome, JoinResult::Outcome::kSpare);
+  }
+  ASSERT_TRUE(ApplyLeave(kT0 + absl::Seconds(2), &s, "b", "done"));
+  EXPECT_EQ(s.joiners.size(), 1u) << "one place is free: the survivor's is kept for it";
+  EXPECT_FALSE(ApplyTick(kT0 + absl::Seconds(2), &s).round_completed);
+  JoinResult done = Join(&s, kT0 + absl::Seconds(3), "a", 1);
+  ASSERT_EQ(done.outcome, JoinResult::Outcome::kComplete);
+  ASSERT_EQ(s.participants.size(), 2u);
+  EXPECT_EQ(s.world_size, 4);
+  EXPECT_TRUE(s.participant_index.contains("a")) << "the surviving node keeps its place";
+  EXPECT_TRUE(s.participant_index.contains("spare0")) << "then the spares in arrival order";
+  EXPECT_EQ(s.spares.size(), 1999u) << "the others wait for the next round";
 }
 
 TEST(Active, WaitingNodesCountNewcomersNotSurvivors) {

@@ -1,7 +1,10 @@
 // The rendezvous gRPC service (see service.h).
 #include "rendezvous/service.h"
 
+#include "base/printable.h"
+
 #include <algorithm>
+#include <limits>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -328,7 +331,7 @@ void RendezvousService::LogChanges(Run* run) {
   const RunState& state = run->state;
   if (state.closed) {
     if (!run->logged_closed) {
-      spdlog::info("run '{}' closed: {}", state.run_id, state.closed_reason);
+      spdlog::info("run '{}' closed: {}", state.run_id, base::Printable(state.closed_reason));
       run->logged_closed = true;
     }
     return;
@@ -341,7 +344,7 @@ void RendezvousService::LogChanges(Run* run) {
     run->logged_ended = false;
   } else if (!standing && !run->logged_ended && state.active_round == run->logged_round) {
     spdlog::info("run '{}' round {} ended: {}", state.run_id, state.active_round,
-                 state.end_reason);
+                 base::Printable(state.end_reason));
     run->logged_ended = true;
   }
 }
@@ -467,16 +470,20 @@ absl::Status Check(const v1::JoinRequest& r, const Limits& l) {
   return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
 }
 absl::Status Check(const v1::KeepAliveRequest& r, const Limits& l) {
+  if (r.progress_size() > l.max_local_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(r.progress_size(), " progress rows; the limit (max_local_world_size) is ",
+                                                   l.max_local_world_size));
+  }
   return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l)});
 }
 absl::Status Check(const v1::WatchRequest& r, const Limits& l) {
   return ValidateRunId(r.run_id(), l);
 }
 absl::Status Check(const v1::LeaveRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
+  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
 }
 absl::Status Check(const v1::CloseRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
+  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
 }
 absl::Status Check(const v1::RunStatusRequest& r, const Limits& l) {
   return ValidateRunId(r.run_id(), l);
@@ -956,6 +963,11 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
     if (present && !absl::SimpleAtoi(it->second, &value)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
+    }
+    if ((request->delta() > 0 && value > std::numeric_limits<int64_t>::max() - request->delta()) ||
+        (request->delta() < 0 && value < std::numeric_limits<int64_t>::min() - request->delta())) {
+      return absl::OutOfRangeError(absl::StrCat("Add: key '", request->key(), "' holds ", value,
+                                                "; adding ", request->delta(), " would overflow int64"));
     }
     value += request->delta();
     if (absl::Status put = PutKey(*at, request->key(), absl::StrCat(value), finishes); !put.ok()) {

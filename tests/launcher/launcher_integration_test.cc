@@ -385,6 +385,17 @@ TEST_F(LauncherTest, RedirectKeepsOutputOffTheConsole) {
   EXPECT_EQ(ReadFile(own[0] + "/attempt_0/0/stdout.log"), "quiet-line\n");
 }
 
+TEST_F(LauncherTest, TeeWinsOverRedirectsForTheConsoleAsInTorchrun) {
+  std::string logs = dir_ + "/logs";
+  Launcher l({"--nproc_per_node=1", "--log_dir", logs, "--redirects", "3", "--tee", "3", g_worker, "--print",
+              "both-ways"});
+  ASSERT_EQ(l.Wait(), 0) << l.err();
+  EXPECT_THAT(l.out(), HasSubstr("[default0]:both-ways"));
+  const std::vector<std::string> own = OwnLogFolders(logs, "none");
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(ReadFile(own[0] + "/attempt_0/0/stdout.log"), "both-ways\n");
+}
+
 TEST_F(LauncherTest, LaunchersSharingALogDirNeverWriteIntoEachOthersFiles) {
   // Two nodes of one job on a shared filesystem, or the same job run twice:
   // one --log_dir, one run id.
