@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/flags.h"
+#include "launcher/slurm.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -439,7 +440,17 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
         "unknown flag '", rest[0], "' (see cpptorchrun --help; the program's own flags go after it)"));
   }
 
-  // Resolves each raw value: command line, else environment, else default.
+  // Slurm's job step supplies what neither the command line nor PET_*
+  // gives (launcher/slurm.h); never with --standalone.
+  absl::StatusOr<SlurmDefaults> slurm = SlurmDefaultsFrom(env);
+  if (!slurm.ok()) return slurm.status();
+  {
+    const RawFlag& standalone = flags.at("standalone");
+    if (standalone.opt->count() > 0 || env.count(standalone.env) > 0) *slurm = SlurmDefaults{};
+  }
+  std::vector<std::string> from_slurm;
+  // Resolves each raw value: command line, else environment, else Slurm,
+  // else default.
   auto value = [&](const std::string& key, const std::string& def,
                    std::string* source) -> std::string {
     Raw& r = raw.at(key);
@@ -451,6 +462,11 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     if (it != env.end()) {
       *source = r.env;
       return it->second;
+    }
+    if (auto s = slurm->values.find(key); s != slurm->values.end()) {
+      *source = absl::StrCat(r.flag, " (from ", slurm->sources.at(key), ")");
+      from_slurm.push_back(absl::StrCat(r.flag, " ", s->second, " (", slurm->sources.at(key), ")"));
+      return s->second;
     }
     *source = r.flag;
     return def;
@@ -716,6 +732,11 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     c.rdzv_endpoint = rdzv::Endpoint{c.master_addr, c.master_port};
     c.has_rdzv_endpoint = true;
     c.rdzv_endpoint_from_master = true;
+  }
+  if (!from_slurm.empty()) {
+    std::sort(from_slurm.begin(), from_slurm.end());
+    from_slurm.erase(std::unique(from_slurm.begin(), from_slurm.end()), from_slurm.end());
+    c.notes.push_back(absl::StrCat(slurm->job, ": took ", absl::StrJoin(from_slurm, ", ")));
   }
   return out;
 }

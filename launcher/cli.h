@@ -101,6 +101,9 @@ struct LaunchConfig {
   // (unknown --rdzv_conf keys: torchrun hands them to its backend, which
   // ignores what it does not know); the launcher logs each as a warning.
   std::vector<std::string> warnings;
+  // Informational lines for the launcher's first log lines (what was taken
+  // from Slurm's environment).
+  std::vector<std::string> notes;
 };
 
 // Derived from the program flags and the script's name.

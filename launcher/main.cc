@@ -359,6 +359,7 @@ int main(int argc, char** argv) {
       break;
   }
   SetUpConsoleLog(parsed->launch.log_level);
+  for (const std::string& note : parsed->launch.notes) spdlog::info("{}", note);
   for (const std::string& warning : parsed->launch.warnings) spdlog::warn("{}", warning);
   spdlog::debug("cpptorchrun {} starting", kVersion);
   return Launch(parsed->launch, env);

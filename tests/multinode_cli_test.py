@@ -5,7 +5,8 @@ both, `--rdzv_endpoint <host 0>:29400` by IP or by hostname, no
 `--local_addr`, no `is_host`, and one `--log_dir` shared by both nodes (a
 shared filesystem). Host 0 must serve the endpoint, both nodes must train
 together as ranks 0..3 of 4 with a MASTER_ADDR the other host can reach,
-and the shared log folder must hold every rank's output.
+and the shared log folder must hold every rank's output. Under srun the
+same holds with nothing but Slurm's environment to say where to meet.
 """
 import os
 import re
@@ -27,24 +28,29 @@ class MultiNodeCommandLineTest(unittest.TestCase):
         self.addCleanup(self.cluster.close)
         self.work = jobs.work_dir(self, "cpt-multinode-")
 
-    def run_job(self, endpoint_host):
+    def run_job(self, endpoint_host, slurm=False):
         logs = os.path.join(self.work, "logs")  # one folder for both nodes
-        run_id = "guide"
+        run_id = "777" if slurm else "guide"
         # Every rank prints its environment, then trains (Gloo across the
         # two hosts, the NCCL bootstrap over the rendezvous store).
         worker = ('echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE group=$GROUP_RANK '
                   'master=$MASTER_ADDR:$MASTER_PORT host=$(hostname)"; exec "$@"')
-        argv = [harness.binary(jobs.LAUNCHER), "--nnodes", "2", "--nproc_per_node", str(NPROC),
-                "--fake_gpus", str(NPROC), "--rdzv_backend", "c10d",
-                "--rdzv_endpoint", "%s:%d" % (endpoint_host, PORT), "--rdzv_id", run_id,
+        job = [] if slurm else ["--nnodes", "2", "--rdzv_backend", "c10d",
+                                "--rdzv_endpoint", "%s:%d" % (endpoint_host, PORT), "--rdzv_id", run_id]
+        argv = [harness.binary(jobs.LAUNCHER)] + job + [
+                "--nproc_per_node", str(NPROC), "--fake_gpus", str(NPROC),
                 "--max_restarts", "0", "--log_dir", logs, "--tee", "3", "--no_python",
                 "/bin/sh", "-c", worker, "sh", harness.binary(jobs.TRAIN),
                 "--epochs", "1", "--limit", "2048", "--progress", "none",
                 "--metrics_json", os.path.join(self.work, "metrics.json")]
         nodes = []
-        for host in self.cluster.hosts:
+        for i, host in enumerate(self.cluster.hosts):
             log = os.path.join(self.work, "%s-%s.log" % (endpoint_host, host.name))
-            proc = host.spawn(argv, log=log)
+            # What srun sets for one task per node (a job step).
+            env = {"SLURM_JOB_ID": run_id, "SLURM_STEP_ID": "0", "SLURM_NNODES": "2",
+                   "SLURM_NODEID": str(i), "SLURM_PROCID": str(i), "SLURM_NTASKS": "2",
+                   "SLURM_JOB_NODELIST": "h[0-1]"} if slurm else None
+            proc = host.spawn(argv, log=log, env=env)
             nodes.append((host, proc, log))
         texts = []
         for host, proc, log in nodes:
@@ -58,8 +64,8 @@ class MultiNodeCommandLineTest(unittest.TestCase):
             self.assertEqual(rc, 0, "%s exited %s:\n%s" % (host.name, rc, text[-4000:]))
         return logs, run_id, texts
 
-    def check(self, endpoint_host):
-        logs, run_id, (text0, text1) = self.run_job(endpoint_host)
+    def check(self, endpoint_host, slurm=False):
+        logs, run_id, (text0, text1) = self.run_job(endpoint_host, slurm)
         # Host 0 served the endpoint; host 1 was its client, quietly.
         self.assertRegex(text0, r"serving the rendezvous at ")
         self.assertNotRegex(text1, r"serving the rendezvous at ")
@@ -103,6 +109,15 @@ class MultiNodeCommandLineTest(unittest.TestCase):
 
     def test_endpoint_by_hostname(self):
         self.check(self.cluster.hosts[0].name)
+
+    def test_under_srun_everything_from_slurms_environment(self):
+        # No --nnodes, --rdzv_*: srun's variables say it (the endpoint is
+        # the first host of SLURM_JOB_NODELIST, h0, by name).
+        self.assertEqual([h.name for h in self.cluster.hosts], ["h0", "h1"])
+        self.check("h0", slurm=True)
+        for i, host in enumerate(self.cluster.hosts):
+            with open(os.path.join(self.work, "h0-%s.log" % host.name)) as f:
+                self.assertIn("Slurm job 777 step 0 (node %d): took " % i, f.read())
 
 
 if __name__ == "__main__":
