@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/flags.h"
@@ -379,6 +380,16 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
   add("tee", "-t,--tee", "PET_TEE", "streams to files and console, as --redirects");
   add("local_ranks_filter", "--local_ranks_filter,--local-ranks-filter", "PET_LOCAL_RANKS_FILTER",
       "comma-separated local ranks whose output reaches the console");
+  add("duplicate_stdout_filters", "--duplicate_stdout_filters,--duplicate-stdout-filters",
+      "PET_DUPLICATE_STDOUT_FILTERS",
+      "comma-separated strings (',,' for a comma): tee'd stdout lines holding any are copied to "
+      "attempt_<k>/filtered_stdout.log");
+  add("duplicate_stderr_filters", "--duplicate_stderr_filters,--duplicate-stderr-filters",
+      "PET_DUPLICATE_STDERR_FILTERS", "as --duplicate_stdout_filters, for stderr");
+  add("event_log_handler", "--event_log_handler,--event-log-handler", "PET_EVENT_LOG_HANDLER",
+      "torchrun's event handler name: accepted; cpptorchrun's events are in its own log");
+  add_flag("virtual_local_rank", "--virtual_local_rank,--virtual-local-rank", "PET_VIRTUAL_LOCAL_RANK",
+           "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its own GPU only");
   add("master_addr", "--master_addr,--master-addr", "PET_MASTER_ADDR",
       "static backend: rank-0 node address (default 127.0.0.1)");
   add("master_port", "--master_port,--master-port", "PET_MASTER_PORT",
@@ -652,7 +663,13 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     auto d = ParseSeconds(value("worker_timeout", "300", &src), src, /*allow_zero=*/false);
     if (!d.ok()) return d.status();
     c.worker_timeout = *d;
-    d = ParseSeconds(value("shutdown_timeout", "30", &src), src, /*allow_zero=*/true);
+    // torchrun 2.x: TORCH_ELASTIC_SHUTDOWN_TIMEOUT when the flag is not given.
+    std::string text = value("shutdown_timeout", "30", &src);
+    if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end() && !given("shutdown_timeout")) {
+      text = it->second;
+      src = it->first;
+    }
+    d = ParseSeconds(text, src, /*allow_zero=*/true);
     if (!d.ok()) return d.status();
     c.shutdown_timeout = *d;
     d = ParseSeconds(value("exit_barrier_timeout", "300", &src), src, /*allow_zero=*/true);
@@ -676,6 +693,24 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
   c.training_script_args.assign(rest.begin() + 1, rest.end());
 
   // Combinations.
+  {
+    // torchrun's comma_separated_list: ",," is a literal comma.
+    auto filters = [&](const std::string& key, std::vector<std::string>* out) {
+      std::string v = value(key, "", &src);
+      if (v.empty()) return;
+      const std::string placeholder = std::string(1, '\0');
+      v = absl::StrReplaceAll(v, {{",,", placeholder}});
+      for (absl::string_view item : absl::StrSplit(v, ',')) {
+        out->push_back(absl::StrReplaceAll(item, {{placeholder, ","}}));
+      }
+    };
+    filters("duplicate_stdout_filters", &c.duplicate_stdout_filters);
+    filters("duplicate_stderr_filters", &c.duplicate_stderr_filters);
+    c.event_log_handler = value("event_log_handler", "null", &src);
+    auto virtual_rank = flag("virtual_local_rank");
+    if (!virtual_rank.ok()) return virtual_rank.status();
+    c.virtual_local_rank = *virtual_rank;
+  }
   {
     // torchrun's default specs (DefaultLogsSpecs, entry point "default") are
     // what cpptorchrun does; anything else is a Python plugin it cannot load.

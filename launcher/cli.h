@@ -82,6 +82,12 @@ struct LaunchConfig {
   StdSpec redirects;
   StdSpec tee;
   std::vector<int> local_ranks_filter;  // empty: every local rank
+  // torchrun 2.x: lines of tee'd streams matching any filter are copied to
+  // attempt_<k>/filtered_{stdout,stderr}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;
+  std::string event_log_handler = "null";
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_given = false;

@@ -41,6 +41,23 @@ TEST(Cli, UnambiguousPrefixesNameTheirFlagAsArgparseDoes) {
   EXPECT_EQ(MustLaunch({"--role", "trainer", "p"}).role, "trainer");
 }
 
+TEST(Cli, Torchrun2Flags) {
+  LaunchConfig c = MustLaunch({"--duplicate-stdout-filters", "apple,,pie,orange", "--duplicate_stderr_filters=err",
+                               "--virtual-local-rank", "--event-log-handler", "console", "p"});
+  EXPECT_EQ(c.duplicate_stdout_filters, (std::vector<std::string>{"apple,pie", "orange"}));
+  EXPECT_EQ(c.duplicate_stderr_filters, (std::vector<std::string>{"err"}));
+  EXPECT_TRUE(c.virtual_local_rank);
+  EXPECT_EQ(c.event_log_handler, "console");
+  EXPECT_FALSE(MustLaunch({"p"}).virtual_local_rank);
+  // TORCH_ELASTIC_SHUTDOWN_TIMEOUT when --shutdown_timeout is not given.
+  EXPECT_EQ(MustLaunch({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).shutdown_timeout, absl::Seconds(7));
+  EXPECT_EQ(MustLaunch({"--shutdown_timeout=3", "p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}}).shutdown_timeout,
+            absl::Seconds(3));
+  auto bad = Parse({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), std::string::npos);
+}
+
 TEST(Cli, UnknownRdzvConfKeysAreWarningsAsInTorchrun) {
   LaunchConfig c = MustLaunch({"--rdzv_conf=store_type=tcp,join_timeout=9", "p"});
   EXPECT_EQ(c.rdzv_conf.count("store_type"), 0u);

@@ -93,6 +93,7 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     in.rdzv_token_file = o_.rdzv_token_file;
     in.local_addr = host_;
     in.fake_gpus = o_.fake_gpus;
+    in.virtual_local_rank = o_.virtual_local_rank;
 
     ProcessSpec spec;
     spec.argv = o_.program_argv;
@@ -109,6 +110,13 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
       // torchrun: --tee wins over --redirects for the console.
       s.console_fd = (shown && (!(redirect & bit) || (tee & bit))) ? console_fd : -1;
       if ((redirect | tee) & bit) s.file_path = absl::StrCat(dir, "/", file);
+      // torchrun 2.x: lines of tee'd streams that hold a filter string, of
+      // every local rank, in one file of the attempt.
+      const auto& filters = bit == kStdOut ? o_.duplicate_stdout_filters : o_.duplicate_stderr_filters;
+      if ((tee & bit) && !filters.empty()) {
+        s.duplicate_filters = filters;
+        s.duplicate_path = absl::StrCat(attempt_dir, bit == kStdOut ? "/filtered_stdout.log" : "/filtered_stderr.log");
+      }
       return s;
     };
     spec.stdout_sink = sink(kStdOut, 1, "stdout.log");

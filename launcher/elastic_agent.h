@@ -40,6 +40,9 @@ struct AgentOptions {
   StdSpec redirects;
   StdSpec tee;
   std::vector<int> local_ranks_filter;  // empty: all
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;
   // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty: "[${role_name}${local_rank}]:".
   std::string log_line_prefix_template;
   // Signals that stop the job (forwarded, then the group is stopped and the

@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace cpptorchrun::launcher {
 
@@ -61,6 +63,80 @@ void SplitLines(absl::string_view data, const std::string& prefix, size_t max_li
   }
 }
 
+void RenderConsole(absl::string_view data, const std::string& prefix, size_t max_line,
+                   ConsoleLine* line, std::string* out) {
+  auto end_line = [&] {
+    absl::StrAppend(out, line->carriage ? "\r" : "", prefix, line->text, "\n");
+    line->text.clear();
+    line->carriage = false;
+  };
+  auto carriage_return = [&] {
+    // What was written before the first \r is shown before it is drawn over.
+    if (!line->carriage && !line->text.empty()) absl::StrAppend(out, prefix, line->text);
+    line->text.clear();
+    line->carriage = true;
+  };
+  size_t i = 0;
+  if (line->pending_cr && !data.empty()) {
+    line->pending_cr = false;
+    if (data[0] == '\n') {
+      end_line();
+      i = 1;
+    } else {
+      carriage_return();
+    }
+  }
+  for (; i < data.size(); ++i) {
+    const char c = data[i];
+    if (c == '\n') {
+      end_line();
+    } else if (c == '\r') {
+      if (i + 1 == data.size()) {
+        line->pending_cr = true;  // decided by the next read
+      } else if (data[i + 1] == '\n') {
+        end_line();
+        ++i;
+      } else {
+        carriage_return();
+      }
+    } else {
+      line->text.push_back(c);
+      if (line->text.size() >= max_line) end_line();
+    }
+  }
+  if (line->carriage && !line->text.empty()) absl::StrAppend(out, "\r", prefix, line->text);
+}
+
+void FinishConsole(const std::string& prefix, ConsoleLine* line, std::string* out) {
+  line->pending_cr = false;
+  if (!line->text.empty() || line->carriage) {
+    absl::StrAppend(out, line->carriage ? "\r" : "", prefix, line->text, "\n");
+  }
+  line->text.clear();
+  line->carriage = false;
+}
+
+void LogMux::Duplicate(Stream& s, absl::string_view data, bool flush) {
+  if (s.duplicate_fd < 0) return;
+  std::string lines;
+  SplitLines(data, "", kMaxLine, &s.duplicate_partial, &lines);
+  if (flush && !s.duplicate_partial.empty()) {
+    absl::StrAppend(&lines, s.duplicate_partial, "\n");
+    s.duplicate_partial.clear();
+  }
+  std::string out;
+  for (absl::string_view l : absl::StrSplit(lines, '\n', absl::SkipEmpty())) {
+    for (const std::string& f : s.sink.duplicate_filters) {
+      if (!f.empty() && absl::StrContains(l, f)) {
+        absl::StrAppend(&out, s.sink.prefix, l, "\n");
+        break;
+      }
+    }
+  }
+  // O_APPEND and one write per read: lines of different ranks do not mix.
+  if (!out.empty()) WriteAll(s.duplicate_fd, out);
+}
+
 LogMux::LogMux() { wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
 LogMux::~LogMux() {
@@ -91,6 +167,16 @@ absl::Status LogMux::Add(int fd, StreamSink sink) {
       return absl::InternalError(absl::StrCat("cannot create log file ", s.sink.file_path, ": ", strerror(err)));
     }
   }
+  if (!s.sink.duplicate_path.empty() && !s.sink.duplicate_filters.empty()) {
+    s.duplicate_fd = open(s.sink.duplicate_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (s.duplicate_fd < 0) {
+      int err = errno;
+      close(fd);
+      if (s.file_fd >= 0) close(s.file_fd);
+      return absl::InternalError(
+          absl::StrCat("cannot create log file ", s.sink.duplicate_path, ": ", strerror(err)));
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     pending_.push_back(std::move(s));
@@ -118,17 +204,17 @@ bool LogMux::WaitDrained(absl::Time deadline) {
 }
 
 void LogMux::Finish(Stream& s) {
-  if (!s.partial.empty()) {
-    std::string out = absl::StrCat(s.sink.prefix, s.partial, "\n");
-    if (s.sink.console_fd >= 0) {
-      absl::MutexLock lock(&ConsoleMutex());
-      WriteAll(s.sink.console_fd, out);
-    }
-    s.partial.clear();
+  std::string out;
+  FinishConsole(s.sink.prefix, &s.console, &out);
+  if (!out.empty() && s.sink.console_fd >= 0) {
+    absl::MutexLock lock(&ConsoleMutex());
+    WriteAll(s.sink.console_fd, out);
   }
+  Duplicate(s, "", /*flush=*/true);
   if (s.fd >= 0) close(s.fd);
   if (s.file_fd >= 0) close(s.file_fd);
-  s.fd = s.file_fd = -1;
+  if (s.duplicate_fd >= 0) close(s.duplicate_fd);
+  s.fd = s.file_fd = s.duplicate_fd = -1;
 }
 
 void LogMux::Loop() {
@@ -177,9 +263,10 @@ void LogMux::Loop() {
       }
       absl::string_view data(buf.data(), static_cast<size_t>(n));
       if (s.file_fd >= 0) WriteAll(s.file_fd, data);
+      Duplicate(s, data, /*flush=*/false);
       if (s.sink.console_fd >= 0) {
         out.clear();
-        SplitLines(data, s.sink.prefix, kMaxLine, &s.partial, &out);
+        RenderConsole(data, s.sink.prefix, kMaxLine, &s.console, &out);
         if (!out.empty()) {
           absl::MutexLock lock(&ConsoleMutex());
           WriteAll(s.sink.console_fd, out);

@@ -22,6 +22,12 @@ struct StreamSink {
   std::string prefix;      // console line prefix, e.g. "[default0]:"
   int console_fd = -1;     // 1, 2, or -1: not shown on the console
   std::string file_path;   // empty: no file; else created (truncated)
+  // torchrun's --duplicate_{stdout,stderr}_filters: the stream's lines that
+  // contain any of `duplicate_filters` are appended, prefixed, to
+  // `duplicate_path` (shared by the streams of one attempt; opened for
+  // appending). Empty filters or path: none.
+  std::vector<std::string> duplicate_filters;
+  std::string duplicate_path;
 };
 
 // The mutex that every whole-line console writer holds (the log mux and the
@@ -36,6 +42,25 @@ void WriteAll(int fd, absl::string_view data);
 // bytes is cut and emitted as a line of its own. Pure.
 void SplitLines(absl::string_view data, const std::string& prefix, size_t max_line,
                 std::string* partial, std::string* out);
+
+// What the console shows of one worker stream: whole lines with their
+// prefix, and a line being redrawn with carriage returns (a tqdm progress
+// bar) as it is drawn: each chunk that leaves such a line unfinished emits
+// "\r" + prefix + the current segment, so the terminal overwrites it in
+// place; its newline ends it. "\r\n" is a plain line end, also when split
+// across two reads.
+struct ConsoleLine {
+  std::string text;         // the current segment (since the last \n or \r)
+  bool carriage = false;    // a \r was seen since the last \n
+  bool pending_cr = false;  // the last read ended in \r (it may be \r\n)
+};
+
+// Appends to `*out` what the console shows for `data`. A segment longer
+// than `max_line` is cut and ended as a line. Pure.
+void RenderConsole(absl::string_view data, const std::string& prefix, size_t max_line,
+                   ConsoleLine* line, std::string* out);
+// The end of the stream: the unfinished segment, ended with a newline.
+void FinishConsole(const std::string& prefix, ConsoleLine* line, std::string* out);
 
 // Thread-safe. Owns one reader thread, started on the first Add.
 class LogMux {
@@ -60,9 +85,13 @@ class LogMux {
   struct Stream {
     int fd = -1;
     int file_fd = -1;
+    int duplicate_fd = -1;
     StreamSink sink;
-    std::string partial;
+    ConsoleLine console;
+    std::string duplicate_partial;
   };
+  // Writes the lines of `data` that match a filter to the duplicate file.
+  static void Duplicate(Stream& s, absl::string_view data, bool flush);
   void Loop();
   void Finish(Stream& s);
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -37,6 +38,47 @@ TEST(SplitLines, OverlongLinesAreCut) {
   SplitLines(std::string(10, 'y') + "\n", ">", 10, &partial, &out);
   EXPECT_EQ(out, ">xxxxxyyyyy\n>yyyyy\n");
   EXPECT_EQ(partial, "");
+}
+
+std::string Render(const std::vector<std::string>& reads, ConsoleLine* line) {
+  std::string out;
+  for (const std::string& r : reads) RenderConsole(r, "[p]:", 100, line, &out);
+  return out;
+}
+
+TEST(RenderConsole, PlainLinesAsSplitLines) {
+  ConsoleLine line;
+  EXPECT_EQ(Render({"a\nbb", "b\n\nc"}, &line), "[p]:a\n[p]:bbb\n[p]:\n");
+  EXPECT_EQ(line.text, "c");
+  std::string out;
+  FinishConsole("[p]:", &line, &out);
+  EXPECT_EQ(out, "[p]:c\n");
+}
+
+TEST(RenderConsole, AProgressBarIsDrawnAsItGoesNotHeldUntilItsNewline) {
+  // tqdm: each update starts with \r; the bar's line ends with \n.
+  ConsoleLine line;
+  EXPECT_EQ(Render({"\r 10%|#  |"}, &line), "\r[p]: 10%|#  |");
+  EXPECT_EQ(Render({"\r 20%|## |", "\r 30%"}, &line), "\r[p]: 20%|## |\r[p]: 30%");
+  EXPECT_EQ(Render({"|###|\n", "next\n"}, &line), "\r[p]: 30%|###|\n[p]:next\n");
+  // Text before a carriage return is shown too ("Loading...\rDone").
+  line = ConsoleLine{};
+  EXPECT_EQ(Render({"Loading...\rDone      \n"}, &line), "[p]:Loading...\r[p]:Done      \n");
+}
+
+TEST(RenderConsole, CrlfIsALineEndEvenAcrossReads) {
+  ConsoleLine line;
+  EXPECT_EQ(Render({"dos\r\nline\r", "\nend\r", "\r"}, &line), "[p]:dos\n[p]:line\n[p]:end");
+  EXPECT_TRUE(line.pending_cr);
+  EXPECT_EQ(Render({"x\n"}, &line), "\r[p]:x\n");
+}
+
+TEST(RenderConsole, OverlongSegmentsAreCut) {
+  ConsoleLine line;
+  std::string out;
+  RenderConsole(std::string(25, 'x'), ">", 10, &line, &out);
+  EXPECT_EQ(out, ">xxxxxxxxxx\n>xxxxxxxxxx\n");
+  EXPECT_EQ(line.text, "xxxxx");
 }
 
 std::string TempDir() {
@@ -103,6 +145,34 @@ TEST(LogMux, TwoWritersNeverShareALine) {
   EXPECT_EQ(file.rfind("#0\n", 0), 0u);
   EXPECT_NE(file.find("tail-without-newline"), std::string::npos);
   EXPECT_EQ(file.find("[r0]"), std::string::npos);
+}
+
+TEST(LogMux, DuplicateFiltersCopyMatchingLinesOfEveryRankToOneFile) {
+  std::string dir = TempDir();
+  {
+    LogMux mux;
+    int a[2], b[2];
+    ASSERT_EQ(pipe(a), 0);
+    ASSERT_EQ(pipe(b), 0);
+    StreamSink sa{"[r0]:", -1, ""};
+    sa.duplicate_filters = {"apple", "orange"};
+    sa.duplicate_path = dir + "/filtered_stdout.log";
+    StreamSink sb = sa;
+    sb.prefix = "[r1]:";
+    ASSERT_TRUE(mux.Add(a[0], sa).ok());
+    ASSERT_TRUE(mux.Add(b[0], sb).ok());
+    WriteAll(a[1], "an apple\nno fruit\nan or");
+    WriteAll(a[1], "ange\n");
+    WriteAll(b[1], "pear\nlast apple without newline");
+    close(a[1]);
+    close(b[1]);
+    EXPECT_TRUE(mux.WaitDrained(absl::Now() + absl::Seconds(30)));
+  }
+  std::vector<std::string> lines = absl::StrSplit(ReadFile(dir + "/filtered_stdout.log"), '\n',
+                                                  absl::SkipEmpty());
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[r0]:an apple", "[r0]:an orange",
+                                             "[r1]:last apple without newline"}));
 }
 
 TEST(LogMux, UnwritableLogFileIsAnError) {

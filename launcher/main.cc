@@ -256,6 +256,9 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   o.redirects = c.redirects;
   o.tee = c.tee;
   o.local_ranks_filter = c.local_ranks_filter;
+  o.duplicate_stdout_filters = c.duplicate_stdout_filters;
+  o.duplicate_stderr_filters = c.duplicate_stderr_filters;
+  o.virtual_local_rank = c.virtual_local_rank;
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
     o.log_line_prefix_template = it->second;
   }

@@ -1,7 +1,10 @@
 // The worker environment (docs/ENVIRONMENT.md).
 #include "launcher/worker_env.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace cpptorchrun::launcher {
 
@@ -42,6 +45,15 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   if (in.fake_gpus > 0) {
     env["CPPTORCHRUN_FAKE_GPU"] = absl::StrCat(in.local_rank);
     env["CPPTORCHRUN_FAKE_GPUS"] = absl::StrCat(in.fake_gpus);
+  }
+  if (in.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";
+    std::string device = absl::StrCat(in.local_rank);
+    if (auto it = in.base.find("CUDA_VISIBLE_DEVICES"); it != in.base.end() && !it->second.empty()) {
+      std::vector<std::string> visible = absl::StrSplit(it->second, ',');
+      if (in.local_rank < static_cast<int>(visible.size())) device = visible[in.local_rank];
+    }
+    env["CUDA_VISIBLE_DEVICES"] = device;
   }
   return env;
 }

@@ -34,6 +34,11 @@ struct WorkerEnvInputs {
   std::string rdzv_token_file;     // empty: not set
   std::string local_addr;          // empty: not set
   int fake_gpus = 0;               // 0: real devices, no CPPTORCHRUN_FAKE_GPU(S)
+  // torchrun's --virtual_local_rank: LOCAL_RANK is 0 for every worker and
+  // CUDA_VISIBLE_DEVICES names only the worker's own GPU (the local_rank-th
+  // of the launcher's CUDA_VISIBLE_DEVICES, else device local_rank), so each
+  // worker sees its GPU as device 0.
+  bool virtual_local_rank = false;
 };
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in);

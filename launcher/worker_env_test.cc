@@ -85,6 +85,23 @@ TEST(WorkerEnv, UserSettingsWinWhereTorchrunKeepsThem) {
   EXPECT_EQ(env.at("RANK"), "5");
 }
 
+TEST(WorkerEnv, VirtualLocalRankShowsEachWorkerItsGpuAsDeviceZero) {
+  WorkerEnvInputs in;
+  in.local_rank = 2;
+  in.local_world_size = 4;
+  in.rank_offset = 4;
+  in.virtual_local_rank = true;
+  auto env = BuildWorkerEnv(in);
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["RANK"], "6");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "2");
+  in.base["CUDA_VISIBLE_DEVICES"] = "GPU-a,GPU-b,GPU-c,GPU-d";
+  EXPECT_EQ(BuildWorkerEnv(in)["CUDA_VISIBLE_DEVICES"], "GPU-c");
+  in.virtual_local_rank = false;
+  EXPECT_EQ(BuildWorkerEnv(in)["LOCAL_RANK"], "2");
+  EXPECT_EQ(BuildWorkerEnv(in)["CUDA_VISIBLE_DEVICES"], "GPU-a,GPU-b,GPU-c,GPU-d");
+}
+
 TEST(WorkerEnv, SingleWorkerLeavesOmpAlone) {
   WorkerEnvInputs in = Inputs();
   in.local_world_size = 1;

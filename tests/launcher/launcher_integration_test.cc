@@ -396,6 +396,19 @@ TEST_F(LauncherTest, TeeWinsOverRedirectsForTheConsoleAsInTorchrun) {
   EXPECT_EQ(ReadFile(own[0] + "/attempt_0/0/stdout.log"), "both-ways\n");
 }
 
+TEST_F(LauncherTest, DuplicateFiltersCollectMatchingLinesOfEveryRank) {
+  std::string logs = dir_ + "/logs";
+  Launcher l({"--nproc_per_node=2", "--log_dir", logs, "--tee", "1", "--duplicate_stdout_filters", "loss,acc",
+              g_worker, "--print", "step 1 loss 0.5"});
+  ASSERT_EQ(l.Wait(), 0) << l.err();
+  const std::vector<std::string> own = OwnLogFolders(logs, "none");
+  ASSERT_EQ(own.size(), 1u);
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(own[0] + "/attempt_0/filtered_stdout.log"), '\n', absl::SkipEmpty());
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[default0]:step 1 loss 0.5", "[default1]:step 1 loss 0.5"}));
+}
+
 TEST_F(LauncherTest, LaunchersSharingALogDirNeverWriteIntoEachOthersFiles) {
   // Two nodes of one job on a shared filesystem, or the same job run twice:
   // one --log_dir, one run id.
