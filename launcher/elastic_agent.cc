@@ -471,6 +471,9 @@ AgentResult ElasticAgent::Run() {
         if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
         StopWorkers(SIGTERM);
         spdlog::error("the run was closed: {}", m.reason);
+        // Off the participant list: the node that serves the rendezvous
+        // waits for the others to leave before it exits.
+        leave("the run was closed");
         result.exit_code = 1;
         return result;
       }
@@ -498,6 +501,7 @@ AgentResult ElasticAgent::Run() {
         if (o_.print_summary) o_.print_summary(result.summary);
         auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()));
         if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+        leave("failed");
         result.exit_code = rc.status.LauncherExitCode();
         if (result.exit_code == 0) result.exit_code = 1;
         return result;

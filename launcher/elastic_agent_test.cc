@@ -133,6 +133,7 @@ TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
   EXPECT_THAT(printed_, HasSubstr("train FAILED"));
   EXPECT_THAT(printed_, HasSubstr("exitcode  : 3"));
   EXPECT_EQ(rdzv_.closes().size(), 1u);
+  EXPECT_EQ(rdzv_.leaves(), std::vector<std::string>{"failed"}) << "the closer leaves the run too";
   EXPECT_TRUE(processes_.alive().empty());
 }
 
@@ -273,6 +274,9 @@ TEST_F(AgentTest, RunClosedByAnotherNodeExits1) {
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(processes_.alive().empty());
+  // Off the participant list, so a node serving the rendezvous need not
+  // wait for it.
+  EXPECT_EQ(rdzv_.leaves(), std::vector<std::string>{"the run was closed"});
 }
 
 TEST_F(AgentTest, JoinFailureExits1WithoutStartingAnything) {
