@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/flags.h"
+#include "launcher/numa.h"
 #include "launcher/slurm.h"
 
 namespace cpptorchrun::launcher {
@@ -388,6 +389,8 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
       "PET_DUPLICATE_STDERR_FILTERS", "as --duplicate_stdout_filters, for stderr");
   add("event_log_handler", "--event_log_handler,--event-log-handler", "PET_EVENT_LOG_HANDLER",
       "torchrun's event handler name: accepted; cpptorchrun's events are in its own log");
+  add("numa_binding", "--numa_binding,--numa-binding", "PET_NUMA_BINDING",
+      "node|socket|exclusive|core-complex: bind each worker's CPUs (and prefer its memory) near its GPU");
   add_flag("virtual_local_rank", "--virtual_local_rank,--virtual-local-rank", "PET_VIRTUAL_LOCAL_RANK",
            "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES its own GPU only");
   add("master_addr", "--master_addr,--master-addr", "PET_MASTER_ADDR",
@@ -707,6 +710,12 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     filters("duplicate_stdout_filters", &c.duplicate_stdout_filters);
     filters("duplicate_stderr_filters", &c.duplicate_stderr_filters);
     c.event_log_handler = value("event_log_handler", "null", &src);
+    c.numa_binding = value("numa_binding", "", &src);
+    if (!c.numa_binding.empty()) {
+      if (auto mode = ParseNumaMode(c.numa_binding); !mode.ok()) {
+        return Bad(src, "node, socket, exclusive or core-complex", c.numa_binding);
+      }
+    }
     auto virtual_rank = flag("virtual_local_rank");
     if (!virtual_rank.ok()) return virtual_rank.status();
     c.virtual_local_rank = *virtual_rank;

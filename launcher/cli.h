@@ -88,6 +88,8 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stderr_filters;
   bool virtual_local_rank = false;
   std::string event_log_handler = "null";
+  // --numa_binding: node, socket, exclusive, core-complex; empty: none.
+  std::string numa_binding;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_given = false;

@@ -301,6 +301,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--rdzv_conf=bo\x1bgus=1", "p"}, {}, "--rdzv_conf"},
         BadCase{{"--n=2", "p"}, {}, "ambiguous flag '--n': could be --nnodes, --no_python, --node_rank, --nproc_per_node"},
         BadCase{{"--logs_specs=my_plugin", "p"}, {}, "Python plugins"},
+        BadCase{{"--numa_binding=cores", "p"}, {}, "--numa_binding: expected node, socket, exclusive or core-complex"},
         BadCase{{"--rdzv_conf=join_timeout", "p"}, {}, "--rdzv_conf"},
         BadCase{{"--rdzv_conf=join_timeout=-3", "p"}, {}, "--rdzv_conf join_timeout"},
         BadCase{{"--rdzv_conf=keep_alive_max_attempt=0", "p"}, {}, "keep_alive_max_attempt"},

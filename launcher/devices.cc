@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/match.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -83,6 +83,23 @@ int NvidiaSmiCount() {
   return n;
 }
 
+// nvidia-smi's (index, uuid, bus id) rows; an error when it cannot run.
+absl::StatusOr<std::vector<std::vector<std::string>>> NvidiaSmiBusIds() {
+  FILE* p = popen("nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader 2>/dev/null", "r");
+  if (p == nullptr) return absl::UnavailableError("cannot run nvidia-smi");
+  std::vector<std::vector<std::string>> rows;
+  char line[512];
+  while (fgets(line, sizeof(line), p) != nullptr) {
+    std::vector<std::string> fields;
+    for (absl::string_view f : absl::StrSplit(line, ',')) fields.emplace_back(absl::StripAsciiWhitespace(f));
+    if (fields.size() == 3) rows.push_back(std::move(fields));
+  }
+  if (pclose(p) != 0 && rows.empty()) {
+    return absl::UnavailableError("nvidia-smi --query-gpu=pci.bus_id failed (is the NVIDIA driver there?)");
+  }
+  return rows;
+}
+
 class RealDevices final : public DeviceEnumerator {
  public:
   explicit RealDevices(std::optional<std::string> cvd) : cvd_(std::move(cvd)) {}
@@ -98,6 +115,11 @@ class RealDevices final : public DeviceEnumerator {
   }
   int CountCpus() override { return AffinityCpus(); }
   bool fake() const override { return false; }
+  absl::StatusOr<std::vector<std::string>> GpuBusIds() override {
+    auto rows = NvidiaSmiBusIds();
+    if (!rows.ok()) return rows.status();
+    return VisibleBusIds(*rows, cvd_);
+  }
 
  private:
   std::optional<std::string> cvd_;
@@ -109,6 +131,7 @@ class FakeDevices final : public DeviceEnumerator {
   absl::StatusOr<int> CountGpus() override { return gpus_; }
   int CountCpus() override { return cpus_ > 0 ? cpus_ : AffinityCpus(); }
   bool fake() const override { return true; }
+  absl::StatusOr<std::vector<std::string>> GpuBusIds() override { return std::vector<std::string>{}; }
 
  private:
   int gpus_;
@@ -116,6 +139,25 @@ class FakeDevices final : public DeviceEnumerator {
 };
 
 }  // namespace
+
+std::vector<std::string> VisibleBusIds(const std::vector<std::vector<std::string>>& gpus,
+                                       const std::optional<std::string>& cuda_visible_devices) {
+  std::vector<std::string> out;
+  if (!cuda_visible_devices.has_value()) {
+    for (const auto& g : gpus) out.push_back(g[2]);
+    return out;
+  }
+  for (absl::string_view entry : absl::StrSplit(*cuda_visible_devices, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const std::vector<std::string>* found = nullptr;
+    for (const auto& g : gpus) {
+      if (entry == g[0] || (!entry.empty() && absl::StartsWith(g[1], entry))) found = &g;
+    }
+    if (found == nullptr) break;  // CUDA stops at the first invalid entry
+    out.push_back((*found)[2]);
+  }
+  return out;
+}
 
 std::unique_ptr<DeviceEnumerator> NewRealDeviceEnumerator(std::optional<std::string> cvd) {
   return std::make_unique<RealDevices>(std::move(cvd));

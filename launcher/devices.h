@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "launcher/cli.h"
@@ -24,7 +25,18 @@ class DeviceEnumerator {
   virtual int CountCpus() = 0;
   // True for fake GPUs: workers get CPPTORCHRUN_FAKE_GPU(S).
   virtual bool fake() const = 0;
+  // The PCI bus ids of the GPUs this process may use, in CUDA's order
+  // (after CUDA_VISIBLE_DEVICES), for --numa_binding. Errors name what could
+  // not be asked; fake GPUs have none (an empty list).
+  virtual absl::StatusOr<std::vector<std::string>> GpuBusIds() = 0;
 };
+
+// The bus ids of the GPUs CUDA_VISIBLE_DEVICES selects from `gpus` (each
+// "index,uuid,bus id", as `nvidia-smi --query-gpu=index,uuid,pci.bus_id`
+// prints them), by index or UUID prefix, up to the first entry that names
+// none. Pure.
+std::vector<std::string> VisibleBusIds(const std::vector<std::vector<std::string>>& gpus,
+                                       const std::optional<std::string>& cuda_visible_devices);
 
 // Real devices: NVML (dlopen libnvidia-ml.so.1), else the CUDA runtime
 // (dlopen libcudart.so*), else `nvidia-smi -L`; the physical count is then

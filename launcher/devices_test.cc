@@ -64,5 +64,18 @@ TEST(RealDevices, CountsWithoutCrashing) {
   EXPECT_EQ(*hidden->CountGpus(), 0);
 }
 
+TEST(VisibleBusIds, CudaVisibleDevicesByIndexOrUuidInItsOrder) {
+  const std::vector<std::vector<std::string>> gpus = {{"0", "GPU-aaa", "00000000:1B:00.0"},
+                                                      {"1", "GPU-bbb", "00000000:1C:00.0"},
+                                                      {"2", "GPU-ccc", "00000000:9B:00.0"}};
+  EXPECT_EQ(VisibleBusIds(gpus, std::nullopt),
+            (std::vector<std::string>{"00000000:1B:00.0", "00000000:1C:00.0", "00000000:9B:00.0"}));
+  EXPECT_EQ(VisibleBusIds(gpus, std::string("2,0")),
+            (std::vector<std::string>{"00000000:9B:00.0", "00000000:1B:00.0"}));
+  EXPECT_EQ(VisibleBusIds(gpus, std::string("GPU-bb")), std::vector<std::string>{"00000000:1C:00.0"});
+  EXPECT_EQ(VisibleBusIds(gpus, std::string("1,7,0")), std::vector<std::string>{"00000000:1C:00.0"})
+      << "CUDA stops at the first invalid entry";
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher

@@ -121,6 +121,8 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     };
     spec.stdout_sink = sink(kStdOut, 1, "stdout.log");
     spec.stderr_sink = sink(kStdErr, 2, "stderr.log");
+    if (lr < static_cast<int>(o_.worker_cpus.size())) spec.cpus = o_.worker_cpus[lr];
+    if (lr < static_cast<int>(o_.worker_memory_node.size())) spec.memory_node = o_.worker_memory_node[lr];
 
     auto pid = o_.processes->Start(spec);
     if (!pid.ok()) {

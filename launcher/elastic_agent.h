@@ -43,6 +43,10 @@ struct AgentOptions {
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   bool virtual_local_rank = false;
+  // --numa_binding: per local rank, its CPUs and preferred memory node
+  // (empty: no binding).
+  std::vector<std::vector<int>> worker_cpus;
+  std::vector<int> worker_memory_node;
   // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty: "[${role_name}${local_rank}]:".
   std::string log_line_prefix_template;
   // Signals that stop the job (forwarded, then the group is stopped and the

@@ -23,6 +23,7 @@
 #include "launcher/devices.h"
 #include "launcher/elastic_agent.h"
 #include "launcher/hosting.h"
+#include "launcher/numa.h"
 #include "launcher/local_rendezvous.h"
 #include "launcher/ports.h"
 #include "launcher/process.h"
@@ -101,6 +102,30 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   if (!nproc.ok()) return UsageError(nproc.status());
   auto argv = ResolveProgram(c, env);
   if (!argv.ok()) return UsageError(argv.status());
+  // --numa_binding: each worker's CPUs and memory node, from the topology.
+  std::vector<std::vector<int>> worker_cpus;
+  std::vector<int> worker_memory_node;
+  if (!c.numa_binding.empty()) {
+    if (!uses_gpus && c.fake_gpus == 0) {
+      return UsageError(absl::InvalidArgumentError(
+          "--numa_binding binds each worker near its GPU, and this node's workers have none "
+          "(--nproc_per_node gpu, or --fake_gpus N for fake ones)"));
+    }
+    auto bus_ids = devices->GpuBusIds();
+    if (!bus_ids.ok()) return UsageError(bus_ids.status());
+    auto topology = ReadTopology("/sys", *bus_ids, devices->fake() ? *nproc : 0);
+    if (!topology.ok()) return UsageError(topology.status());
+    const NumaMode mode = *ParseNumaMode(c.numa_binding);
+    const std::set<int> allowed = AllowedCpus();
+    for (int lr = 0; lr < *nproc; ++lr) {
+      auto binding = BindingFor(mode, lr, *topology, allowed);
+      if (!binding.ok()) return UsageError(binding.status());
+      spdlog::info("--numa_binding {}: local rank {} on CPUs {}, memory preferred on NUMA node {}",
+                   c.numa_binding, lr, FormatCpuList(binding->cpus), binding->memory_node);
+      worker_cpus.emplace_back(binding->cpus.begin(), binding->cpus.end());
+      worker_memory_node.push_back(binding->memory_node);
+    }
+  }
   std::string token;
   std::string token_file;
   if (auto it = c.rdzv_conf.find("token_file"); it != c.rdzv_conf.end()) {
@@ -259,6 +284,8 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   o.duplicate_stdout_filters = c.duplicate_stdout_filters;
   o.duplicate_stderr_filters = c.duplicate_stderr_filters;
   o.virtual_local_rank = c.virtual_local_rank;
+  o.worker_cpus = worker_cpus;
+  o.worker_memory_node = worker_memory_node;
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
     o.log_line_prefix_template = it->second;
   }

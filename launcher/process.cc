@@ -4,10 +4,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,10 @@
 
 namespace cpptorchrun::launcher {
 namespace {
+
+// set_mempolicy's MPOL_PREFERRED (linux/mempolicy.h; no libnuma needed).
+constexpr int kMpolPreferred = 1;
+
 
 // SIGCHLD and `signals`: what the launcher blocks and reads from its signalfd.
 sigset_t LauncherSignalSet(const std::vector<int>& signals) {
@@ -75,6 +81,16 @@ class RealProcessLauncher final : public ProcessLauncher {
     for (std::string& s : argv_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
 
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int c : spec.cpus) {
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+    }
+    const bool bind_cpus = !spec.cpus.empty();
+    unsigned long node_mask[16] = {0};  // 1024 nodes
+    const bool prefer_node = spec.memory_node >= 0 && spec.memory_node < 1024;
+    if (prefer_node) node_mask[spec.memory_node / 64] |= 1UL << (spec.memory_node % 64);
+
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe");
     if (pipe2(err, O_CLOEXEC) != 0) {
@@ -106,6 +122,9 @@ class RealProcessLauncher final : public ProcessLauncher {
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
+      // Both are raw system calls on this task alone, inherited across exec.
+      if (bind_cpus) sched_setaffinity(0, sizeof(cpus), &cpus);
+      if (prefer_node) syscall(SYS_set_mempolicy, kMpolPreferred, node_mask, 1024 + 1);
       execve(argv[0], argv.data(), envp.data());
       child_errno = errno;
       _exit(127);

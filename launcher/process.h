@@ -45,6 +45,11 @@ struct ProcessSpec {
   std::map<std::string, std::string> env;
   StreamSink stdout_sink;
   StreamSink stderr_sink;
+  // --numa_binding: the CPUs the process may run on (empty: the launcher's)
+  // and the NUMA node its memory is preferred on (-1: none). Applied in the
+  // child before exec; best effort (a kernel that refuses leaves it unbound).
+  std::vector<int> cpus;
+  int memory_node = -1;
 };
 
 struct ProcessEvent {

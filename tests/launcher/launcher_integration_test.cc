@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -407,6 +408,34 @@ TEST_F(LauncherTest, DuplicateFiltersCollectMatchingLinesOfEveryRank) {
       absl::StrSplit(ReadFile(own[0] + "/attempt_0/filtered_stdout.log"), '\n', absl::SkipEmpty());
   std::sort(lines.begin(), lines.end());
   EXPECT_EQ(lines, (std::vector<std::string>{"[default0]:step 1 loss 0.5", "[default1]:step 1 loss 0.5"}));
+}
+
+TEST_F(LauncherTest, NumaBindingExclusiveGivesEachWorkerItsOwnCpus) {
+  std::set<int> allowed;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) allowed.insert(c);
+  }
+  if (allowed.size() < 2) GTEST_SKIP() << "needs 2 CPUs in this test's affinity mask, has " << allowed.size();
+  // Two fake GPUs on this machine's NUMA node(s); each worker reports the
+  // CPUs the kernel lets it run on.
+  Launcher l({"--nproc_per_node=2", "--fake_gpus=2", "--numa_binding=exclusive", "--no_python", "/bin/sh",
+              "-c", "grep Cpus_allowed_list /proc/self/status"});
+  ASSERT_EQ(l.Wait(), 0) << l.err();
+  std::map<std::string, std::string> by_rank;
+  for (absl::string_view line : absl::StrSplit(l.out(), '\n', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(":\t"), absl::SkipWhitespace());
+    if (parts.size() == 3 && parts[1] == "Cpus_allowed_list") by_rank[parts[0]] = parts[2];
+  }
+  ASSERT_EQ(by_rank.size(), 2u) << l.out();
+  EXPECT_NE(by_rank["[default0]"], by_rank["[default1]"]) << "exclusive: disjoint CPUs";
+  EXPECT_THAT(l.err(), HasSubstr("--numa_binding exclusive: local rank 0 on CPUs"));
+  // Without GPUs there is nothing to bind near.
+  Launcher cpu({"--nproc_per_node=2", "--numa_binding=node", "--no_python", "/bin/true"});
+  EXPECT_EQ(cpu.Wait(), 2);
+  EXPECT_THAT(cpu.err(), HasSubstr("--numa_binding binds each worker near its GPU"));
 }
 
 TEST_F(LauncherTest, LaunchersSharingALogDirNeverWriteIntoEachOthersFiles) {
