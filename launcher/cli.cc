@@ -772,8 +772,15 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
         "--rdzv_endpoint: required with --rdzv_backend=c10d and more than one node");
   }
   if (c.rdzv_backend == RdzvBackend::kStatic && c.max_nodes > 1 && !c.has_rdzv_endpoint) {
-    // torchrun's static rendezvous meets at MASTER_ADDR:MASTER_PORT.
-    c.rdzv_endpoint = rdzv::Endpoint{c.master_addr, c.master_port};
+    // torchrun's static rendezvous: node rank 0 at MASTER_ADDR. MASTER_PORT
+    // itself is the workers' (their own TCPStore listens there, as under
+    // torchrun), so the rendezvous takes the port above it.
+    if (c.master_port >= 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--master_port ", c.master_port, ": a static multi-node job also needs the port above it "
+          "(the rendezvous); give a lower one, or --rdzv_endpoint"));
+    }
+    c.rdzv_endpoint = rdzv::Endpoint{c.master_addr, c.master_port + 1};
     c.has_rdzv_endpoint = true;
     c.rdzv_endpoint_from_master = true;
   }

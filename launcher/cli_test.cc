@@ -229,7 +229,12 @@ TEST(Cli, StaticMultiNodeMeetsAtMaster) {
                                "--master_port=4000", "p"});
   EXPECT_TRUE(c.has_rdzv_endpoint);
   EXPECT_TRUE(c.rdzv_endpoint_from_master);
-  EXPECT_EQ(rdzv::FormatEndpoint(c.rdzv_endpoint), "10.1.2.3:4000");
+  // MASTER_PORT stays the workers'; the rendezvous takes the port above.
+  EXPECT_EQ(rdzv::FormatEndpoint(c.rdzv_endpoint), "10.1.2.3:4001");
+  EXPECT_EQ(c.master_port, 4000);
+  auto top = Parse({"--nnodes=2", "--master_port=65535", "p"});
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.status().message().find("port above it"), std::string::npos);
 }
 
 TEST(Cli, HelpAndVersion) {

@@ -374,6 +374,9 @@ AgentResult ElasticAgent::Run() {
     if (o_.fixed_master_port > 0) {
       req.mutable_node()->set_free_port(o_.fixed_master_port);
     } else {
+      // The previous round's workers are gone: its port goes, and a new one
+      // is held until the next round (ports.h).
+      o_.ports->ReleaseHeld();
       auto port = o_.ports->FindFreePort(host_);
       if (!port.ok()) {
         spdlog::error("no free port on {}: {}", host_, port.status().ToString());

@@ -307,8 +307,10 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   o.run_options.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
   o.run_options.set_keep_alive_max_attempt(
       static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
+  // Static: MASTER_PORT is --master_port when given, and always for a
+  // multi-node static job (torchrun's 29500 default), as under torchrun.
   o.fixed_master_port =
-      (c.master_port_given && c.rdzv_backend == RdzvBackend::kStatic && !c.rdzv_endpoint_from_master)
+      (c.rdzv_backend == RdzvBackend::kStatic && (c.master_port_given || c.rdzv_endpoint_from_master))
           ? c.master_port
           : 0;
   o.log_root = (*run_dir)->log_root();

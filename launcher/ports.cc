@@ -9,16 +9,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cpptorchrun::launcher {
 namespace {
 
-// Binds a TCP socket at host:port and listens; returns the fd and the port
-// bound, or an error.
-absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port) {
+// Binds a TCP socket at host:port and listens (or, to `hold` it, binds with
+// SO_REUSEADDR and does not listen); returns the fd and the port bound, or
+// an error.
+absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port, bool hold = false) {
   sockaddr_storage addr{};
   socklen_t len = 0;
   if (host.empty()) {
@@ -47,7 +50,11 @@ absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port) {
   }
   int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 1) != 0) {
+  if (hold) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || (!hold && listen(fd, 1) != 0)) {
     int err = errno;
     close(fd);
     return absl::UnavailableError(absl::StrCat("bind ", host, ":", port, ": ", strerror(err)));
@@ -62,13 +69,24 @@ absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port) {
 
 class RealPortFinder final : public PortFinder {
  public:
+  ~RealPortFinder() override { ReleaseHeld(); }
   absl::StatusOr<int> FindFreePort(const std::string& host) override {
     int port = 0;
-    auto fd = BindAt(host, 0, &port);
+    auto fd = BindAt(host, 0, &port, /*hold=*/true);
     if (!fd.ok()) return fd.status();
-    close(*fd);
+    absl::MutexLock lock(&mu_);
+    held_.push_back(*fd);
     return port;
   }
+  void ReleaseHeld() override {
+    absl::MutexLock lock(&mu_);
+    for (int fd : held_) close(fd);
+    held_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -15,13 +15,20 @@ class PortFinder {
  public:
   virtual ~PortFinder() = default;
   // A port that nothing listens on or is bound to at `host` (an address;
-  // empty: any IPv4 address) at the time of the call. Errors: no address,
-  // no socket.
+  // empty: any IPv4 address) at the time of the call, held until
+  // ReleaseHeld (see NewRealPortFinder). Errors: no address, no socket.
   virtual absl::StatusOr<int> FindFreePort(const std::string& host) = 0;
+  // Lets go of every port FindFreePort holds.
+  virtual void ReleaseHeld() {}
 };
 
-// Asks the kernel for an ephemeral port by binding port 0 (without
-// SO_REUSEADDR, so a port in use is never returned), then releases it.
+// Asks the kernel for an ephemeral port by binding port 0, and keeps that
+// socket bound (SO_REUSEADDR, not listening) until ReleaseHeld: between
+// the round that hands the port out as MASTER_PORT and the worker that
+// listens on it (seconds, for a Python worker importing torch), the kernel
+// gives it to no ephemeral bind or connect and no binder without
+// SO_REUSEADDR gets it, while the worker's TCPStore (which sets
+// SO_REUSEADDR) binds and listens on it as usual.
 std::unique_ptr<PortFinder> NewRealPortFinder();
 
 // True when `port` can be bound on `host` right now.

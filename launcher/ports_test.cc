@@ -6,6 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "gtest/gtest.h"
 
 namespace cpptorchrun::launcher {
@@ -16,6 +19,8 @@ TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
   auto port = finder->FindFreePort("127.0.0.1");
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_GT(*port, 0);
+  EXPECT_FALSE(PortIsFree("127.0.0.1", *port)) << "held: nobody else may take it";
+  finder->ReleaseHeld();
   EXPECT_TRUE(PortIsFree("127.0.0.1", *port));
 
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -32,6 +37,23 @@ TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
     ASSERT_TRUE(other.ok());
     EXPECT_NE(*other, *port);
   }
+  close(fd);
+}
+
+TEST(Ports, AHeldPortIsStillBindableByAWorkerThatReusesAddresses) {
+  // As a worker's TCPStore does at MASTER_PORT: SO_REUSEADDR, bind, listen.
+  auto finder = NewRealPortFinder();
+  auto port = finder->FindFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(*port);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  EXPECT_EQ(listen(fd, 1), 0) << strerror(errno);
   close(fd);
 }
 

@@ -85,6 +85,10 @@ bool Eventually(F cond, absl::Duration limit = absl::Seconds(30)) {
   return cond();
 }
 
+// A port P such that P and P + 1 are both free (a static multi-node job's
+// MASTER_PORT and its rendezvous).
+int FreePortPair();
+
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -95,6 +99,21 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+int FreePortPair() {
+  for (int i = 0; i < 100; ++i) {
+    const int p = FreePort();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(p + 1);
+    const bool ok = p < 65535 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (ok) return p;
+  }
+  return FreePort();
 }
 
 // One cpptorchrun process with its stdout and stderr captured.
@@ -589,7 +608,7 @@ TEST_F(LauncherTest, HelpAndVersion) {
 }
 
 TEST_F(LauncherTest, TwoNodesOnLoopbackWithStatus) {
-  const int port = FreePort();
+  const int port = FreePortPair();
   const std::string go = dir_ + "/go";
   std::vector<std::string> common = {"--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1",
                                      absl::StrCat("--master_port=", port), "--rdzv_id=twonodes",
@@ -614,7 +633,8 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackWithStatus) {
     EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
     EXPECT_EQ(env["GROUP_RANK"], std::to_string(r / 2));
     EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
-    EXPECT_NE(env["MASTER_PORT"], std::to_string(port));  // the rendezvous has that one
+    // As under torchrun: the user's --master_port; the rendezvous is above it.
+    EXPECT_EQ(env["MASTER_PORT"], std::to_string(port));
   }
   EXPECT_EQ(ranks.size(), 4u);
   EXPECT_EQ(Env(0, 0)["MASTER_PORT"], Env(3, 0)["MASTER_PORT"]);
@@ -622,7 +642,7 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackWithStatus) {
   // Status while it runs: both nodes, each rank's progress (after a keep-alive).
   std::string table;
   ASSERT_TRUE(Eventually([&] {
-    Launcher s({"status", "--rdzv_endpoint", absl::StrCat("127.0.0.1:", port), "--rdzv_id", "twonodes"});
+    Launcher s({"status", "--rdzv_endpoint", absl::StrCat("127.0.0.1:", port + 1), "--rdzv_id", "twonodes"});
     if (s.Wait() != 0) return false;
     table = s.out();
     return absl::StrContains(table, "nodes 2") && std::count(table.begin(), table.end(), '\n') >= 9;
@@ -746,7 +766,7 @@ TEST_F(LauncherTest, ANodeWaitingToJoinRestartsTheGroupWithoutConsumingRestarts)
 }
 
 TEST_F(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
-  const int port = FreePort();
+  const int port = FreePortPair();
   const std::string flag = dir_ + "/failed-once";
   const std::string go = dir_ + "/go";
   const std::string b_dir = dir_ + "/b";
@@ -795,6 +815,36 @@ TEST_F(LauncherTest, PytorchGlooEnvInitWorksUnchanged) {
   ASSERT_EQ(l.Wait(absl::Seconds(300)), 0) << l.err();
   EXPECT_THAT(l.out(), HasSubstr("[default0]:sum 3 world 2"));
   EXPECT_THAT(l.out(), HasSubstr("[default1]:sum 3 world 2"));
+}
+
+TEST_F(LauncherTest, PytorchStaticTwoNodesUseTheGivenMasterPortAsTorchrunDoes) {
+  if (!Exists("/usr/bin/python3") ||
+      system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 has no torch.distributed";
+  }
+  // torchrun's classic multi-node line: the workers' own TCPStore listens
+  // at --master_port, which the script checks, on rank 0's node.
+  std::string script = dir_ + "/static.py";
+  std::ofstream(script) << "import os, torch, torch.distributed as dist\n"
+                           "assert os.environ['MASTER_PORT'] == os.environ['EXPECT_PORT'], os.environ['MASTER_PORT']\n"
+                           "dist.init_process_group('gloo')\n"
+                           "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+                           "dist.all_reduce(t)\n"
+                           "print('sum', int(t.item()), 'world', dist.get_world_size())\n"
+                           "dist.destroy_process_group()\n";
+  const int port = FreePortPair();
+  auto node = [&](int rank) {
+    return std::vector<std::string>{"--nnodes=2", "--nproc_per_node=2", absl::StrCat("--node_rank=", rank),
+                                    "--master_addr=127.0.0.1", absl::StrCat("--master_port=", port), script};
+  };
+  const std::map<std::string, std::string> env = {{"PYTHON_EXEC", "/usr/bin/python3"},
+                                                  {"EXPECT_PORT", std::to_string(port)}};
+  Launcher n0(node(0), env);
+  Launcher n1(node(1), env);
+  ASSERT_EQ(n0.Wait(absl::Seconds(300)), 0) << n0.err();
+  ASSERT_EQ(n1.Wait(absl::Seconds(300)), 0) << n1.err();
+  EXPECT_THAT(n0.out(), HasSubstr("[default0]:sum 10 world 4"));
+  EXPECT_THAT(n1.out(), HasSubstr("[default1]:sum 10 world 4"));
 }
 
 }  // namespace
