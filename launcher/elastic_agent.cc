@@ -26,7 +26,8 @@ constexpr absl::Duration kDrainWait = absl::Seconds(2);
 // A job may re-rendezvous this often at most (membership changes included).
 constexpr int kMaxRounds = 100000;
 constexpr char kExitBarrierKey[] = "cpptorchrun/exit_barrier";
-constexpr char kExitBarrierDoneKey[] = "cpptorchrun/exit_barrier_done";
+// How often a node waiting in the exit barrier sets its key again.
+constexpr absl::Duration kExitBarrierRefresh = absl::Seconds(1);
 
 void MakeDirs(const std::string& path) {
   for (size_t pos = 1; pos <= path.size(); ++pos) {
@@ -337,22 +338,33 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
 }
 
 bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id,
-                               int64_t round, int group_world_size, absl::Duration timeout) {
+                               int64_t round, int group_rank, int group_world_size, absl::Duration timeout) {
   if (group_world_size <= 1) return true;
+  // One key per node, set again every kExitBarrierRefresh while waiting: a
+  // rendezvous server restarted during the barrier (its store emptied)
+  // regains every node's key, where a counter would be lost and every node
+  // would wait out the timeout.
   std::unique_ptr<rdzv::Store> store = client->OpenStore(run_id, round);
-  auto n = store->Add(kExitBarrierKey, 1);
-  if (!n.ok()) {
-    spdlog::warn("exit barrier: {}", n.status().ToString());
-    return false;
+  std::vector<std::string> keys;
+  for (int r = 0; r < group_world_size; ++r) keys.push_back(absl::StrCat(kExitBarrierKey, "/", r));
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last;
+  for (;;) {
+    if (absl::Status set = store->Set(keys[group_rank], "1"); !set.ok()) last = set;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    auto all = store->MultiGet(keys, std::min(left, kExitBarrierRefresh));
+    if (all.ok()) return true;
+    last = all.status();
+    if (all.status().code() != absl::StatusCode::kDeadlineExceeded &&
+        all.status().code() != absl::StatusCode::kUnavailable) {
+      // A store call refused for good (the round is over): no waiting.
+      break;
+    }
   }
-  if (*n >= group_world_size) return store->Set(kExitBarrierDoneKey, "1").ok();
-  auto got = store->Get(kExitBarrierDoneKey, timeout);
-  if (!got.ok()) {
-    spdlog::warn("exit barrier: not every node finished within {}: {}", absl::FormatDuration(timeout),
-                 got.status().ToString());
-    return false;
-  }
-  return true;
+  spdlog::warn("exit barrier: not every node finished within {}: {}", absl::FormatDuration(timeout),
+               last.ToString());
+  return false;
 }
 
 AgentResult ElasticAgent::Run() {
@@ -436,9 +448,12 @@ AgentResult ElasticAgent::Run() {
         const std::string run_id = o_.run_id;
         const int64_t round = a.round();
         const int gws = a.group_world_size();
+        const int group_rank = a.group_rank();
         const absl::Duration timeout = o_.exit_barrier_timeout;
         WaitEnd end = Interruptible(
-            [client, run_id, round, gws, timeout] { ExitBarrier(client, run_id, round, gws, timeout); },
+            [client, run_id, round, group_rank, gws, timeout] {
+              ExitBarrier(client, run_id, round, group_rank, gws, timeout);
+            },
             &sig, /*stop_on_round_end=*/true);
         if (end == WaitEnd::kSignal) {
           if (o_.round_monitor != nullptr) o_.round_monitor->Stop();

@@ -133,10 +133,12 @@ class ElasticAgent {
   // ended first and `stop_on_round_end`; the helper is then left to finish
   // on its own.
   WaitEnd Interruptible(const std::function<void()>& fn, int* signo, bool stop_on_round_end);
-  // Adds 1 to the round's exit counter and waits (bounded) until every node
-  // did. Static: it may run on a detached helper thread.
+  // Sets this node's key in the round's store and waits (bounded) until
+  // every node's key is there, setting its own again every second (a
+  // restarted rendezvous server has an empty store). Static: it may run on
+  // a detached helper thread.
   static bool ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id, int64_t round,
-                          int group_world_size, absl::Duration timeout);
+                          int group_rank, int group_world_size, absl::Duration timeout);
   bool IsStopSignal(int signo) const;
 
   AgentOptions o_;

@@ -312,11 +312,10 @@ TEST_F(AgentTest, ExitBarrierWaitsForTheOtherNodes) {
   FakeRendezvousClient two(/*group_rank=*/1, /*group_world_size=*/2);
   o_.rdzv = &two;
   ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(0));
-  ASSERT_TRUE(two.store()->Add("cpptorchrun/exit_barrier", 1).ok());  // the other node is done
+  ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/0", "1").ok());  // the other node is done
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(*two.store()->Add("cpptorchrun/exit_barrier", 0), 2);
-  EXPECT_EQ(*two.store()->Get("cpptorchrun/exit_barrier_done", absl::ZeroDuration()), "1");
+  EXPECT_EQ(*two.store()->Get("cpptorchrun/exit_barrier/1", absl::ZeroDuration()), "1");
   EXPECT_EQ(Env(0, "RANK"), "2");
   EXPECT_EQ(Env(0, "GROUP_RANK"), "1");
   EXPECT_EQ(Env(0, "WORLD_SIZE"), "4");
@@ -330,10 +329,12 @@ TEST_F(AgentTest, RoundEndDuringTheExitBarrierRejoins) {
   o_.blocking_call_grace = absl::ZeroDuration();
   o_.exit_barrier_timeout = absl::Seconds(30);
   int starts = 0;
-  processes_.on_start = [this, &starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+  processes_.on_start = [this, &starts, &two](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
     // While the first group waits in the barrier, another node restarts.
     if (++starts == 2) p.CallAt(s.time + absl::Seconds(3), [this] { monitor_.End("node 1 rejoined", false); });
+    // In the next round the other node (group rank 1) finishes too.
+    if (starts == 3) ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/1", "1").ok());
   };
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 0);

@@ -705,6 +705,13 @@ grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* 
     }
     if (shutting_down_) return ShuttingDownError();
     Run* run = it->second.get();
+    if (!run->formed) {
+      // Known only from store calls (workers reached a restarted server
+      // before their agent's keep-alive): it has no round yet, and "round
+      // over" would restart every node. The agent's next keep-alive
+      // re-registers the round.
+      return UnknownRunError(request->run_id());
+    }
     run->last_activity = options_.clock->Now();
     v1::RunEvent event = EventFor(run->state, request->node_id(), request->round());
     // Any other version answers at once: a newer one is a change, an

@@ -475,6 +475,37 @@ TEST_F(ServiceTest, RunStatusReportsParticipantsAndProgress) {
   EXPECT_EQ(Client()->RunStatus("nobody").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(ServiceTest, StoreCallsBeforeTheKeepAliveDoNotEndTheRoundAfterARestart) {
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  auto first = JoinAll("run", {"a", "b"}, conf);
+  ASSERT_TRUE(first[0].ok() && first[1].ok());
+  auto a = Client();
+  v1::KeepAliveRequest ka = KeepAliveOf("run", *first[0], "a");
+  *ka.mutable_options() = Request("run", "a", conf).options();
+  auto old_event = a->KeepAlive(ka);
+  ASSERT_TRUE(old_event.ok());
+  int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  Start(port);
+  // A worker's store call reaches the new server first.
+  ASSERT_TRUE(Client()->OpenStore("run", 1)->Set("gloo/addr/0", "x").ok());
+  // The agent's Watch must not hear "round over": the run has no round yet.
+  auto watched = a->Watch("run", "a", 1, old_event->version(), absl::Seconds(1));
+  ASSERT_FALSE(watched.ok());
+  EXPECT_EQ(watched.status().code(), absl::StatusCode::kNotFound) << watched.status();
+  // Its keep-alive re-registers the round, which stands.
+  auto event = a->KeepAlive(ka);
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_TRUE(event->round_current());
+  EXPECT_EQ(event->current_round(), 1);
+  auto after = a->Watch("run", "a", 1, 0, absl::Seconds(1));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->round_current());
+  // And the store key set before the re-registration is still there.
+  EXPECT_EQ(*Client()->OpenStore("run", 1)->Get("gloo/addr/0", absl::ZeroDuration()), "x");
+}
+
 TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
   Conf conf{.min_nodes = 2, .max_nodes = 2};
   auto first = JoinAll("run", {"a", "b"}, conf);

@@ -45,10 +45,11 @@ class RdzvServer:
 
 
 class Node:
-    """One cpptorchrun (one node) running `train` on fake GPUs."""
+    """One cpptorchrun (one node) running `train` on fake GPUs (or, given
+    `program`, that command line instead of train)."""
 
     def __init__(self, host, work, name, endpoint, nnodes, nproc=2, run_id="job",
-                 max_restarts=3, launcher_args=(), train_args=(), env=None):
+                 max_restarts=3, launcher_args=(), train_args=(), env=None, program=None):
         self.host = host
         self.name = name
         self.work = work
@@ -58,9 +59,9 @@ class Node:
                 "--nnodes", nnodes, "--nproc_per_node", str(nproc), "--fake_gpus", str(nproc),
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
                 "--max_restarts", str(max_restarts),
-                "--monitor_interval", "0.1"] + list(launcher_args) + [
+                "--monitor_interval", "0.1"] + list(launcher_args) + (list(program) if program else [
                 harness.binary(TRAIN), "--checkpoint_dir", os.path.join(work, "ckpt"),
-                "--metrics_json", self.metrics] + list(train_args)
+                "--metrics_json", self.metrics] + list(train_args))
         self.proc = host.spawn(argv, log=self.log, env=env)
 
     def text(self):
