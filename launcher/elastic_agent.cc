@@ -372,8 +372,9 @@ AgentResult ElasticAgent::Run() {
   int restart_count = 0;
   int64_t last_round = 0;
   int attempt = 0;
-  auto leave = [this](const std::string& reason) {
-    auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason);
+  std::string proof;  // the current assignment's signature
+  auto leave = [this, &proof](const std::string& reason) {
+    auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason, proof);
     if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
   };
   for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
@@ -415,6 +416,7 @@ AgentResult ElasticAgent::Run() {
     }
     const rdzv::v1::Assignment a = **joined;
     last_round = a.round();
+    proof = a.signature();
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}",
                  a.round(), a.group_rank(), a.group_world_size(), a.rank_offset(),
                  a.rank_offset() + o_.local_world_size - 1, a.world_size(), a.master_addr(),

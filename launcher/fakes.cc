@@ -258,7 +258,7 @@ void FakeRendezvousClient::EndRound(const std::string& reason) {
 }
 
 absl::Status FakeRendezvousClient::Leave(const std::string&, const std::string& node_id,
-                                         const std::string& reason) {
+                                         const std::string& reason, const std::string&) {
   absl::MutexLock lock(&mu_);
   leaves_.push_back(reason);
   ++version_;

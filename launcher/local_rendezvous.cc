@@ -57,7 +57,8 @@ class LocalRendezvous final : public rdzv::RendezvousClient {
     return EventLocked(round);
   }
 
-  absl::Status Leave(const std::string&, const std::string&, const std::string& reason) override {
+  absl::Status Leave(const std::string&, const std::string&, const std::string& reason,
+                     const std::string&) override {
     absl::MutexLock lock(&mu_);
     ++version_;
     reason_ = reason;

@@ -57,8 +57,11 @@ class RendezvousClient {
                                              const std::string& node_id, int64_t round,
                                              int64_t version, absl::Duration timeout) = 0;
 
+  // `proof`: the signature of the node's current assignment (empty when it
+  // has none); the service ends a standing round only for a participant
+  // that sends its own.
   virtual absl::Status Leave(const std::string& run_id, const std::string& node_id,
-                             const std::string& reason) = 0;
+                             const std::string& reason, const std::string& proof = "") = 0;
   virtual absl::Status Close(const std::string& run_id, const std::string& reason) = 0;
   virtual absl::StatusOr<v1::RunStatusResponse> RunStatus(const std::string& run_id) = 0;
 

@@ -321,14 +321,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
     return last;
   }
 
-  absl::Status Leave(const std::string& run_id, const std::string& node_id,
-                     const std::string& reason) override {
+  absl::Status Leave(const std::string& run_id, const std::string& node_id, const std::string& reason,
+                     const std::string& proof) override {
     if (!connection_.ok()) return connection_.status();
     Connection& c = **connection_;
     v1::LeaveRequest request;
     request.set_run_id(run_id);
     request.set_node_id(node_id);
     request.set_reason(reason);
+    request.set_proof(proof);
     v1::LeaveResponse response;
     return c.Call("Leave", absl::ZeroDuration(), [&](grpc::ClientContext* ctx) {
       return c.stub()->Leave(ctx, request, &response);

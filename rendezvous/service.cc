@@ -748,6 +748,24 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
       finishes->emplace_back(
           held, grpc::Status(grpc::StatusCode::ABORTED, "the node left the run while joining"));
     }
+    // Leaving a standing round ends it for everyone: only the participant
+    // itself may, with its assignment's signature (a round re-created
+    // unverified after a restart, whose signatures this server cannot
+    // check, excepted).
+    const RunState& state = run->state;
+    if (!state.active_ended && state.participant_index.contains(request->node_id()) &&
+        run->unsigned_round != state.active_round) {
+      std::optional<v1::Assignment> mine =
+          AssignmentFor(state, request->node_id(), options_.limits.max_participants_in_assignment);
+      if (mine.has_value()) {
+        mine->set_signature(request->proof());
+        if (!signer_.Verify(state.run_id, request->node_id(), *mine)) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "run '", state.run_id, "': a Leave for node '", request->node_id(),
+              "' of the standing round must carry that node's assignment signature"));
+        }
+      }
+    }
     ApplyLeave(options_.clock->Now(), &run->state, request->node_id(),
                request->reason().empty() ? "left" : request->reason());
     Settle(run, {}, "", finishes);

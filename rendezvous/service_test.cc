@@ -272,7 +272,11 @@ TEST_F(ServiceTest, NewcomerToAFullRoundIsASpareUntilANodeLeaves) {
   ASSERT_TRUE(event.ok());
   EXPECT_TRUE(event->round_current());
   EXPECT_EQ(event->waiting_nodes(), 1);
-  ASSERT_TRUE(Client()->Leave("run", "b", "scaling down").ok());
+  // Anyone else speaking for b is refused; b itself, with its proof, leaves.
+  auto forged = Client()->Leave("run", "b", "scaling down", "not b's");
+  EXPECT_EQ(forged.code(), absl::StatusCode::kPermissionDenied) << forged;
+  EXPECT_EQ(Client()->Leave("run", "b", "scaling down").code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Client()->Leave("run", "b", "scaling down", first[1]->signature()).ok());
   event = watcher->Watch("run", "a", 1, event->version(), absl::Seconds(10));
   ASSERT_TRUE(event.ok());
   EXPECT_FALSE(event->round_current());

@@ -7,7 +7,9 @@
 // (per run, the latest round), so signing a round's N assignments and
 // checking keep-alives cost O(N), not O(N^2). A KeepAlive may re-create a round (after a server
 // restart) only from an assignment that verifies, so a forged one cannot
-// replace a live job's ranks or its MASTER_ADDR.
+// replace a live job's ranks or its MASTER_ADDR; and the signature is the
+// node's proof of identity where a call speaks for it (a Leave that would
+// end a standing round, a keep-alive that keeps it alive).
 //
 // The key: a key file only the server reads (a durable secret no client
 // holds); else derived from the rendezvous token (durable across restarts,

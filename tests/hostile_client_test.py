@@ -11,6 +11,8 @@ MASTER_ADDR, no restart spent.
    copied from RunStatus, and a signature that is not the server's.
 3. A run the server does not know, re-registered from a participant list of
    100,000 nodes (it used to allocate them all).
+4. A Leave in a real node's name (it would end the round for everyone)
+   without that node's assignment signature.
 
 The attacker runs on a host of the cluster (a subprocess of this file in
 that host's network namespace) and reports what it saw as JSON.
@@ -68,6 +70,15 @@ def attack(name, endpoint, token, run_id):
         a = _forged_round(client, before, 1, victim.host)
         a.group_rank, a.rank_offset = victim.group_rank, victim.rank_offset
         req = pb.KeepAliveRequest(run_id=run_id, node_id=victim.node_id, assignment=a)
+    elif name == "forged_leave":
+        victim = before["raw"].nodes[0].participant
+        req = pb.LeaveRequest(run_id=run_id, node_id=victim.node_id, reason="forged", proof=b"\0" * 32)
+        _, code, details = client.call("Leave", req)
+        after = _status(client, run_id)
+        client.close()
+        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
+        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
+                "ghost": None}
     elif name == "huge_unknown_run":
         n = 100000
         a = pb.Assignment(round=1, group_world_size=n, world_size=n, master_addr="6.6.6.6", master_port=1)
@@ -154,6 +165,11 @@ class HostileClientTest(unittest.TestCase):
     def test_plausible_round_with_a_made_up_signature_is_refused(self):
         report = self.run_attack("made_up_signature")
         self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+
+    def test_leave_in_a_nodes_name_is_refused(self):
+        report = self.run_attack("forged_leave")
+        self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+        self.assertIn("assignment signature", report["details"])
 
     def test_huge_participant_list_for_an_unknown_run_is_refused(self):
         report = self.run_attack("huge_unknown_run")
