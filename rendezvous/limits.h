@@ -40,6 +40,23 @@ struct Limits {
   absl::Duration long_poll_bound = absl::Seconds(5);
   // The longest one Get / MultiGet waits server-side (clients re-issue).
   absl::Duration store_wait_bound = absl::Seconds(30);
+
+  // Connections (gRPC channel arguments of the server).
+  // Concurrent calls on one connection (each agent and worker has its own
+  // connections; the benchmark multiplexes ~300 agents on one).
+  int max_concurrent_streams = 1000;
+  // A connection with no call for this long is closed (clients reconnect
+  // when they next call): idle, half-open and never-speaking sockets end.
+  absl::Duration max_connection_idle = absl::Seconds(60);
+  // The server pings a connection silent this long, and closes it when the
+  // ping is not answered within keepalive_timeout (dead peers).
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // TLS ports: the handshake must finish within this.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // Memory gRPC may use for its buffers (a ResourceQuota): past it, gRPC
+  // shrinks reads and refuses new streams rather than growing.
+  int64_t memory_budget_bytes = int64_t{512} << 20;
 };
 
 // InvalidArgument naming the rule broken. Node ids and hosts are printed in

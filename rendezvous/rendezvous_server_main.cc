@@ -68,6 +68,15 @@ int main(int argc, char** argv) {
   app.add_option("--max_message_bytes", options.limits.max_message_bytes,
                  "bytes per request message")
       ->capture_default_str();
+  double idle_s = absl::ToDoubleSeconds(options.limits.max_connection_idle);
+  app.add_option("--max_connection_idle", idle_s,
+                 "seconds a connection may carry no call before it is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--max_concurrent_streams", options.limits.max_concurrent_streams,
+                 "concurrent calls on one connection")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--version", version, "print the version and exit");
   try {
     app.parse(argc, argv);
@@ -85,6 +94,7 @@ int main(int argc, char** argv) {
                              "' is not one of trace, debug, info, warn, error, off"));
   }
   spdlog::set_level(level);
+  options.limits.max_connection_idle = absl::Seconds(idle_s);
 
   if (port < 0 || port > 65535) {
     return Fail(absl::StrCat("--port ", port, " is out of range 0..65535"));
@@ -130,6 +140,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Every connection is a descriptor: take all the kernel allows.
+  const int64_t file_limit = cpptorchrun::rdzv::RaiseFileLimit();
   absl::StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(options);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string listening = cpptorchrun::rdzv::FormatEndpoint({options.host, (*server)->port()});
@@ -141,6 +153,10 @@ int main(int argc, char** argv) {
                !key_file.empty()        ? "from --key_file (durable)"
                : !options.token.empty() ? "derived from the token (durable; token holders can derive it too)"
                                         : "made at random (not durable: see --key_file)");
+  spdlog::info("limits: {} open files, {} calls per connection, idle connections closed after {}, "
+               "{} MiB for gRPC's buffers", file_limit, options.limits.max_concurrent_streams,
+               absl::FormatDuration(options.limits.max_connection_idle),
+               options.limits.memory_budget_bytes >> 20);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -9,6 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/resource_quota.h"
+#include "grpcpp/server_posix.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::rdzv {
@@ -61,18 +63,48 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->service_ = std::make_unique<RendezvousService>(service_options);
 
   std::string address = FormatEndpoint(Endpoint{options.host, options.port});
+  const bool tls = !options.tls_cert_file.empty();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, credentials, &server->port_);
+  // Plaintext: our own accept loop (acceptor.h), which survives running out
+  // of descriptors; TLS: gRPC's listener.
+  if (tls) builder.AddListeningPort(address, credentials, &server->port_);
   // gRPC sets SO_REUSEPORT by default: a second server on the same port
   // would then split the clients between two separate states.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.SetMaxSendMessageSize(options.limits.max_message_bytes);
+  const Limits& l = options.limits;
+  auto ms = [](absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); };
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, l.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(l.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(l.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(l.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, ms(l.handshake_timeout));
+  // Clients may ping at most every 10 s without data (abusive pings end
+  // the connection with a GOAWAY).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  grpc::ResourceQuota quota("cpptorchrun-rendezvous");
+  quota.Resize(static_cast<size_t>(l.memory_budget_bytes));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  if (server->server_ == nullptr || (tls && server->port_ == 0)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
                                                " (address in use or not local?)"));
+  }
+  if (!tls) {
+    grpc::Server* grpc_server = server->server_.get();
+    absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Start(
+        options.host, options.port, [grpc_server](int fd) { grpc::AddInsecureChannelFromFd(grpc_server, fd); });
+    if (!acceptor.ok()) {
+      server->server_->Shutdown();
+      server->server_->Wait();
+      server->server_.reset();
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", acceptor.status().message()));
+    }
+    server->acceptor_ = std::move(*acceptor);
+    server->port_ = server->acceptor_->port();
   }
   server->service_->StartTimer();
   return server;
@@ -93,6 +125,7 @@ void RendezvousServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  acceptor_.reset();  // no new connections
   if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr) {  // null when Start failed to listen
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

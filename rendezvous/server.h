@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/acceptor.h"
 #include "rendezvous/clock.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/service.h"
@@ -64,6 +65,7 @@ class RendezvousServer {
   int port_ = 0;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Acceptor> acceptor_;  // plaintext ports
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -20,10 +20,10 @@ TRAIN = "worker/train"
 class RdzvServer:
     """rendezvous_server on `host`, on a port it picks (or a given one)."""
 
-    def __init__(self, host, log_dir, port=0, extra=()):
+    def __init__(self, host, log_dir, port=0, extra=(), wrapper=()):
         self.host = host
         self.log = os.path.join(log_dir, "rdzv-%s-%d.log" % (host.name, int(time.monotonic() * 1e3)))
-        self.proc = host.spawn([harness.binary(SERVER), "--host", host.addr, "--port", str(port)]
+        self.proc = host.spawn(list(wrapper) + [harness.binary(SERVER), "--host", host.addr, "--port", str(port)]
                                + list(extra), log=self.log)
         line = harness.wait_for(lambda: self._listening(), 30, "rendezvous_server to listen")
         self.port = int(line)

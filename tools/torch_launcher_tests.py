@@ -554,7 +554,8 @@ def main():
         try:
             with open(opts.reference_cache) as f:
                 cached = json.load(f)
-            if cached.get("module_sha") == module_sha:
+            if cached.get("module_sha") == module_sha and \
+                    cached.get("keep_etcd", False) == opts.keep_etcd:
                 reference = cached["results"]
         except (OSError, ValueError, KeyError):
             pass
@@ -586,7 +587,7 @@ def main():
                     print(f"    {name}: {line}")
     if opts.reference:
         with open(opts.reference_cache, "w") as f:
-            json.dump({"module": module, "module_sha": module_sha,
+            json.dump({"module": module, "module_sha": module_sha, "keep_etcd": opts.keep_etcd,
                        "results": {t: {k: v for k, v in r.items()}
                                    for t, r in reference.items()}}, f)
 
