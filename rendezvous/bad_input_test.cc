@@ -2,8 +2,8 @@
 // malformed fields, and for a missing or wrong token. Each asserts the
 // status code and message, then that another client is still served.
 #include <future>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +37,7 @@ class BadInputTest : public ::testing::Test {
     auto server = RendezvousServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
+    ASSERT_TRUE(Client()->Join(Join("healthy", "h", 1, 1)).ok());  // a job: never evicted
     ASSERT_TRUE(Client()->OpenStore("healthy", 0)->Set("k", "v").ok());
   }
 
@@ -146,13 +147,51 @@ TEST_F(BadInputTest, KeysPerRun) {
 }
 
 TEST_F(BadInputTest, RunsPerServer) {
+  // Runs made by store calls alone (a Set is enough) give way, the least
+  // recently used first: they cannot lock jobs out.
   ASSERT_TRUE(Client()->OpenStore("second", 0)->Set("k", "v").ok());
   ASSERT_TRUE(Client()->OpenStore("third", 0)->Set("k", "v").ok());
-  ExpectError(Client()->OpenStore("fourth", 0)->Set("k", "v"),
+  ASSERT_TRUE(Client()->OpenStore("fourth", 0)->Set("k", "v").ok());
+  EXPECT_EQ(Client()->OpenStore("second", 0)->Get("k", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound)
+      << "the oldest store-only run was forgotten";
+  ASSERT_TRUE(Client()->Join(Join("fifth", "a", 1, 1)).ok());
+  ASSERT_TRUE(Client()->Join(Join("sixth", "a", 1, 1)).ok());
+  // Jobs are never forgotten to make room: now the server is full.
+  ExpectError(Client()->Join(Join("seventh", "a", 1, 1)).status(),
               absl::StatusCode::kResourceExhausted, "max_runs");
-  ExpectError(Client()->Join(Join("fifth", "a", 1, 1)).status(),
+  ExpectError(Client()->OpenStore("eighth", 0)->Set("k", "v"),
               absl::StatusCode::kResourceExhausted, "max_runs");
   ExpectStillServing();
+}
+
+TEST_F(BadInputTest, StoreBytesPerRunAndReadsThatCreateNothing) {
+  // 3 keys of at most 100 bytes fit max_keys_per_run here; the byte budget
+  // is the server's default (64 MiB per run), so check the accounting on a
+  // server of its own with a tiny budget.
+  ServerOptions options;
+  options.limits.max_store_bytes_per_run = 100;
+  options.limits.max_store_bytes = 150;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok());
+  ClientOptions co;
+  co.endpoint = (*server)->endpoint();
+  co.retry_budget = absl::Seconds(2);
+  auto client = NewGrpcRendezvousClient(co);
+  auto a = client->OpenStore("a", 1);
+  ASSERT_TRUE(a->Set("k1", std::string(40, 'x')).ok());  // 42 bytes
+  ASSERT_TRUE(a->Set("k1", std::string(90, 'x')).ok());  // replaced: 92
+  ExpectError(a->Set("k2", std::string(10, 'x')), absl::StatusCode::kResourceExhausted,
+              "max_store_bytes_per_run");
+  ASSERT_TRUE(a->Delete("k1").ok());
+  ASSERT_TRUE(a->Set("k2", std::string(90, 'x')).ok());  // the bytes came back
+  auto b = client->OpenStore("b", 1);
+  ExpectError(b->Set("k", std::string(90, 'x')), absl::StatusCode::kResourceExhausted, "max_store_bytes");
+  ASSERT_TRUE(b->Set("k", std::string(40, 'x')).ok());
+  // A read that does not wait leaves no run behind.
+  EXPECT_EQ(client->OpenStore("ghost", 1)->Get("k", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->RunStatus("ghost").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(BadInputTest, KeysPerCall) {

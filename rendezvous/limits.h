@@ -18,6 +18,10 @@ struct Limits {
   int max_key_bytes = 1024;
   int max_value_bytes = 1 << 20;
   int max_keys_per_run = 100000;
+  // Bytes of keys and values held: per run, and in the whole server (a
+  // store budget that one run cannot take alone).
+  int64_t max_store_bytes_per_run = int64_t{64} << 20;
+  int64_t max_store_bytes = int64_t{1} << 30;
   int max_runs = 1000;
   // Run ids: [A-Za-z0-9._-], 1..max_run_id_length characters.
   int max_run_id_length = 128;

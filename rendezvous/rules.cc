@@ -623,7 +623,9 @@ v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAlive
     ParticipantState& p = state->participants[it->second];
     p.last_heard = now;
     p.restart_count = request.restart_count();
-    p.progress.assign(request.progress().begin(), request.progress().end());
+    // One row per local rank at most: a node reports its own workers.
+    const int rows = std::min(request.progress_size(), std::max(0, p.node.local_world_size()));
+    p.progress.assign(request.progress().begin(), request.progress().begin() + rows);
   }
   auto joiner = state->joiner_index.find(id);
   if (joiner != state->joiner_index.end()) state->joiners[joiner->second].last_heard = now;

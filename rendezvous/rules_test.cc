@@ -477,6 +477,14 @@ TEST(ReRegister, RecreatesTheRoundFromAnAssignment) {
   EXPECT_EQ(FindDeadParticipants(kT0 + absl::Minutes(1) + absl::Seconds(16), fresh).size(), 3u);
 }
 
+TEST(ApplyKeepAlive, KeepsAtMostOneProgressRowPerLocalRank) {
+  RunState s = ActiveRun(1, 1, {"a"});  // local_world_size 2
+  v1::KeepAliveRequest ka = KeepAliveOf(s, "a");
+  for (int i = 0; i < 1000; ++i) ka.add_progress()->set_rank(i);
+  ApplyKeepAlive(kT0, &s, ka);
+  EXPECT_EQ(s.participants[0].progress.size(), 2u);
+}
+
 TEST(ValidateAssignment, OnlyRoundsTheRulesCouldHaveFormed) {
   RunState s = ActiveRun(2, 3, {"a", "b", "c"});
   const v1::Assignment good = *AssignmentFor(s, "b");

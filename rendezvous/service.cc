@@ -172,6 +172,24 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   }
   if (closed_.contains(run_id)) return ClosedRunError(run_id);
   if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
+    // Runs known only from store calls, holding no call (cheap to make:
+    // a Set is enough) give way, the least recently used first, so they
+    // cannot lock real jobs out for the idle timeout.
+    Run* oldest = nullptr;
+    for (auto& [id, run] : runs_) {
+      if (!run->formed && run->held_calls == 0 &&
+          (oldest == nullptr || run->last_activity < oldest->last_activity)) {
+        oldest = run.get();
+      }
+    }
+    if (oldest != nullptr) {
+      const std::string evicted = oldest->state.run_id;
+      Finishes none;
+      DeleteRun(evicted, grpc::Status(grpc::StatusCode::UNAVAILABLE, "run forgotten"), &none);
+      spdlog::info("run '{}' (store calls only) forgotten to make room for run '{}'", evicted, run_id);
+    }
+  }
+  if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its limit of ", options_.limits.max_runs,
                      " runs (max_runs); run '", run_id, "' cannot be created"));
@@ -221,6 +239,7 @@ void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status&
     Release(held);
     finishes->emplace_back(held, status);
   }
+  if (auto it = runs_.find(run_id); it != runs_.end()) store_bytes_ -= it->second->bytes;
   runs_.erase(run_id);
   signer_.Forget(run_id);
 }
@@ -244,6 +263,9 @@ void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
                                           "' is over and its keys were dropped")));
     }
     run->keys -= static_cast<int64_t>(it->second.data.size());
+    for (const auto& [key, value] : it->second.data) {
+      CountBytes(run, -static_cast<int64_t>(key.size() + value.size()));
+    }
     it = run->scopes.erase(it);
   }
 }
@@ -283,6 +305,7 @@ bool RendezvousService::Release(Held* held) {
       if (held->waiting_on.empty()) break;
       auto scope = run->scopes.find(held->scope_round);
       if (scope != run->scopes.end()) StopWaiting(&scope->second, held);
+      DropIfEmpty(run, held->scope_round);
       break;
     }
   }
@@ -869,19 +892,48 @@ bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finish
   return true;
 }
 
-absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh) {
-  if (run.keys + fresh <= options_.limits.max_keys_per_run) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.keys,
-                                                   " keys; the limit (max_keys_per_run) is ",
-                                                   options_.limits.max_keys_per_run));
+absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes) {
+  const Limits& l = options_.limits;
+  if (run.keys + fresh > l.max_keys_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.keys,
+                                                     " keys; the limit (max_keys_per_run) is ",
+                                                     l.max_keys_per_run));
+  }
+  if (more_bytes > 0 && run.bytes + more_bytes > l.max_store_bytes_per_run) {
+    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.bytes,
+                                                     " bytes of keys and values; the limit "
+                                                     "(max_store_bytes_per_run) is ",
+                                                     l.max_store_bytes_per_run));
+  }
+  if (more_bytes > 0 && store_bytes_ + more_bytes > l.max_store_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the server's store holds ", store_bytes_,
+                                                     " bytes; its budget (max_store_bytes) is ",
+                                                     l.max_store_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void RendezvousService::CountBytes(Run* run, int64_t delta) {
+  run->bytes += delta;
+  store_bytes_ += delta;
+}
+
+void RendezvousService::DropIfEmpty(Run* run, int64_t round) {
+  auto it = run->scopes.find(round);
+  if (it != run->scopes.end() && it->second.data.empty() && it->second.waiting.empty()) {
+    run->scopes.erase(it);
+  }
 }
 
 absl::Status RendezvousService::PutKey(const ScopeRef& at, const std::string& key,
                                        std::string value, Finishes* finishes) {
-  if (!at.scope->data.contains(key)) {
-    if (absl::Status room = RoomForKeys(*at.run, 1); !room.ok()) return room;
-    ++at.run->keys;
-  }
+  auto old = at.scope->data.find(key);
+  const bool fresh = old == at.scope->data.end();
+  const int64_t delta = static_cast<int64_t>(value.size()) -
+                        (fresh ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(old->second.size()));
+  if (absl::Status room = RoomForKeys(*at.run, fresh ? 1 : 0, delta); !room.ok()) return room;
+  if (fresh) ++at.run->keys;
+  CountBytes(at.run, delta);
   at.scope->data[key] = std::move(value);
   KeySet(at.scope, key, finishes);
   return absl::OkStatus();
@@ -915,8 +967,22 @@ grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContex
       if (!at->scope->data.contains(kv.key())) fresh.insert(kv.key());
     }
     const int64_t added = static_cast<int64_t>(fresh.size());
-    if (absl::Status room = RoomForKeys(*at->run, added); !room.ok()) return room;
+    // The bytes once the request is applied (the last value of a key wins).
+    absl::flat_hash_map<absl::string_view, const std::string*> last;
+    for (const v1::KeyValue& kv : request->entries()) last[kv.key()] = &kv.value();
+    int64_t delta = 0;
+    for (const auto& [key, value] : last) {
+      auto old = at->scope->data.find(key);
+      delta += static_cast<int64_t>(value->size()) -
+               (old == at->scope->data.end() ? -static_cast<int64_t>(key.size())
+                                             : static_cast<int64_t>(old->second.size()));
+    }
+    if (absl::Status room = RoomForKeys(*at->run, added, delta); !room.ok()) {
+      DropIfEmpty(at->run, request->scope().round());
+      return room;
+    }
     at->run->keys += added;
+    CountBytes(at->run, delta);
     for (const v1::KeyValue& kv : request->entries()) {
       at->scope->data[kv.key()] = kv.value();
       KeySet(at->scope, kv.key(), finishes);
@@ -930,15 +996,20 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
                                                  v1::GetResponse* response) {
   return Serve(ctx, *request,
                [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    if (auto it = at->scope->data.find(request->key()); it != at->scope->data.end()) {
-      response->set_value(it->second);
-      return nullptr;
-    }
-    if (request->timeout_ms() <= 0) {
+    // A read that will not wait creates nothing (no run, no scope).
+    const bool waits = request->timeout_ms() > 0;
+    if (!waits && !runs_.contains(request->scope().run_id())) {
       return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
     }
+    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), waits);
+    if (!at.ok()) return at.status();
+    if (at->scope != nullptr) {
+      if (auto it = at->scope->data.find(request->key()); it != at->scope->data.end()) {
+        response->set_value(it->second);
+        return nullptr;
+      }
+    }
+    if (!waits) return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
     if (shutting_down_) return ShuttingDownError();
     Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
     held->scope_round = request->scope().round();
@@ -956,6 +1027,9 @@ grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContex
   return Serve(ctx, *request,
                [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
     if (request->keys_size() == 0) return nullptr;
+    if (request->timeout_ms() <= 0 && !runs_.contains(request->scope().run_id())) {
+      return absl::NotFoundError(absl::StrCat("key '", request->keys(0), "' is not set"));
+    }
     absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
     if (!at.ok()) return at.status();
     if (shutting_down_) return ShuttingDownError();
@@ -969,6 +1043,7 @@ grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContex
           absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
       StopWaiting(at->scope, held);
       delete held;
+      DropIfEmpty(at->run, request->scope().round());
       return missing;
     }
     Hold(held, ReadDeadline(request->timeout_ms()));
@@ -1033,8 +1108,17 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
   return Serve(ctx, *request, [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<ScopeRef> at = FindScope(request->scope(), false);
     if (!at.ok()) return at.status();
-    bool deleted = at->scope != nullptr && at->scope->data.erase(request->key()) > 0;
-    if (deleted) --at->run->keys;
+    bool deleted = false;
+    if (at->scope != nullptr) {
+      auto it = at->scope->data.find(request->key());
+      if (it != at->scope->data.end()) {
+        CountBytes(at->run, -static_cast<int64_t>(it->first.size() + it->second.size()));
+        at->scope->data.erase(it);
+        --at->run->keys;
+        deleted = true;
+        DropIfEmpty(at->run, request->scope().round());
+      }
+    }
     response->set_deleted(deleted);
     return absl::OkStatus();
   });

@@ -123,6 +123,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     absl::flat_hash_set<Held*> watchers;
     std::map<int64_t, Scope> scopes;
     int64_t keys = 0;
+    int64_t bytes = 0;  // keys' and values' sizes in its scopes
     // Last call that touched the run, and calls held for it now.
     absl::Time last_activity;
     int held_calls = 0;
@@ -193,7 +194,12 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void StopWaiting(Scope* scope, Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ResourceExhausted when `fresh` more keys would put the run over
   // max_keys_per_run.
-  absl::Status RoomForKeys(const Run& run, int64_t fresh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `delta` bytes to the run's and the server's store tallies.
+  void CountBytes(Run* run, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `round`'s scope of `run` when it holds no key and no reader.
+  void DropIfEmpty(Run* run, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `key` in `at` (counting it when new: ResourceExhausted when the
   // run has no room) and answers the reads it completes.
   absl::Status PutKey(const ScopeRef& at, const std::string& key, std::string value,
@@ -220,6 +226,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Closed runs forgotten after close_timeout: id -> reason, and their order.
   absl::flat_hash_map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closed_order_ ABSL_GUARDED_BY(mu_);
