@@ -108,6 +108,10 @@ const std::map<std::string, ConfKind>& ConfKeys() {
       {"keep_alive_max_attempt", ConfKind::kCount}, {"timeout", ConfKind::kSeconds},
       {"read_timeout", ConfKind::kSeconds},   {"is_host", ConfKind::kBool},
       {"use_libuv", ConfKind::kBool},         {"token_file", ConfKind::kString},
+      // TLS to the rendezvous: the CA that signed its certificate; a node
+      // that serves the endpoint serves it with cert and key.
+      {"cacert", ConfKind::kString},          {"cert", ConfKind::kString},
+      {"key", ConfKind::kString},
   };
   return *keys;
 }
@@ -183,12 +187,18 @@ std::string HelpFooter() {
          "the root-cause worker's exit code, or 128+signal. See docs/FLAGS.md.";
 }
 
-absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& argv) {
+absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& argv,
+                                              const std::map<std::string, std::string>& env) {
   CLI::App app{"cpptorchrun status: print a job's nodes, ranks and progress", "cpptorchrun status"};
-  std::string endpoint, id, level = "warn";
-  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "rendezvous service host:port")
-      ->envname("PET_RDZV_ENDPOINT");
-  app.add_option("--rdzv_id,--rdzv-id", id, "the job's run id")->envname("PET_RDZV_ID");
+  std::string endpoint, id, level = "warn", conf_text;
+  // PET_* from `env` (this stays a pure function of argv and env).
+  if (auto it = env.find("PET_RDZV_ENDPOINT"); it != env.end()) endpoint = it->second;
+  if (auto it = env.find("PET_RDZV_ID"); it != env.end()) id = it->second;
+  if (auto it = env.find("PET_RDZV_CONF"); it != env.end()) conf_text = it->second;
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "rendezvous service host:port (PET_RDZV_ENDPOINT)");
+  app.add_option("--rdzv_id,--rdzv-id", id, "the job's run id (PET_RDZV_ID)");
+  app.add_option("--rdzv_conf,--rdzv-conf", conf_text,
+                 "token_file=F,cacert=C: the job's token and the CA of the rendezvous's TLS certificate");
   app.add_option("--log_level,--log-level", level, "trace|debug|info|warn|error");
   ParsedCommandLine out;
   out.kind = ParsedCommandLine::Kind::kStatus;
@@ -210,9 +220,14 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   if (!ValidRunId(id)) {
     return Bad("--rdzv_id", "1..128 characters of [A-Za-z0-9_.-]", id);
   }
+  std::vector<std::string> ignored;
+  auto conf = ParseRdzvConf(conf_text, "--rdzv_conf", &ignored);
+  if (!conf.ok()) return conf.status();
   out.status.rdzv_endpoint = *hp;
   out.status.rdzv_id = id;
   out.status.log_level = level;
+  if (auto it = conf->find("token_file"); it != conf->end()) out.status.token_file = it->second;
+  if (auto it = conf->find("cacert"); it != conf->end()) out.status.ca_file = it->second;
   return out;
 }
 
@@ -310,7 +325,7 @@ absl::StatusOr<std::vector<std::string>> ExpandFlagPrefixes(const std::vector<st
 
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& argv,
                                                    const std::map<std::string, std::string>& env) {
-  if (argv.size() >= 2 && argv[1] == "status") return ParseStatus(argv);
+  if (argv.size() >= 2 && argv[1] == "status") return ParseStatus(argv, env);
 
   CLI::App app{"cpptorchrun: a torchrun-compatible distributed launcher (C++)", "cpptorchrun"};
   app.prefix_command();

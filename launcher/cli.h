@@ -121,6 +121,10 @@ struct StatusConfig {
   rdzv::Endpoint rdzv_endpoint;
   std::string rdzv_id;
   std::string log_level = "warn";
+  // --rdzv_conf token_file / cacert (else CPPTORCHRUN_RDZV_TOKEN_FILE /
+  // CPPTORCHRUN_RDZV_CA_FILE, as a worker's environment has them).
+  std::string token_file;
+  std::string ca_file;
 };
 
 struct ParsedCommandLine {

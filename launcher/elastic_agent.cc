@@ -92,6 +92,7 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     in.agent_socket = o_.agent_socket;
     in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
     in.rdzv_token_file = o_.rdzv_token_file;
+    in.rdzv_ca_file = o_.rdzv_ca_file;
     in.local_addr = host_;
     in.fake_gpus = o_.fake_gpus;
     in.virtual_local_rank = o_.virtual_local_rank;

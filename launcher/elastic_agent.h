@@ -71,6 +71,7 @@ struct AgentOptions {
   std::string agent_socket;               // empty: none
   std::string rdzv_endpoint_for_workers;  // empty: none
   std::string rdzv_token_file;            // empty: none
+  std::string rdzv_ca_file;               // TLS to the rendezvous; empty: plaintext
 
   // Not owned; all must outlive the agent.
   rdzv::Clock* clock = nullptr;

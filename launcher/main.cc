@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <set>
@@ -137,6 +138,27 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     token = *read;
     token_file = it->second;
   }
+  // TLS to the rendezvous: every node verifies it with `cacert`; a node that
+  // serves the endpoint serves it with `cert` and `key`.
+  auto conf = [&](const char* key) {
+    auto it = c.rdzv_conf.find(key);
+    return it == c.rdzv_conf.end() ? std::string() : it->second;
+  };
+  const std::string tls_ca = conf("cacert"), tls_cert = conf("cert"), tls_key = conf("key");
+  for (const auto& [key, path] : {std::pair<const char*, std::string>{"cacert", tls_ca}, {"cert", tls_cert},
+                                  {"key", tls_key}}) {
+    if (!path.empty() && access(path.c_str(), R_OK) != 0) {
+      return UsageError(absl::InvalidArgumentError(
+          absl::StrCat("--rdzv_conf ", key, ": cannot read '", path, "': ", std::strerror(errno))));
+    }
+  }
+  if (tls_cert.empty() != tls_key.empty()) {
+    return UsageError(absl::InvalidArgumentError("--rdzv_conf cert and key: both or neither"));
+  }
+  if (!tls_cert.empty() && tls_ca.empty()) {
+    return UsageError(absl::InvalidArgumentError(
+        "--rdzv_conf cert and key need cacert too (every node, this one included, verifies the server with it)"));
+  }
 
   auto processes = NewRealProcessLauncher({HandledSignals(c), /*subreaper=*/true});
   if (!processes.ok()) {
@@ -208,11 +230,22 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     serve = bind_port == 0 || PortIsFree(bind_host, bind_port);
     if (!serve) spdlog::debug("port {} is taken here: a client of the launcher that serves it", bind_port);
   }
+  if (serve && !loopback_embed && !tls_ca.empty() && tls_cert.empty()) {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat(
+        "this node serves the rendezvous (", hosting.why, ") and the job uses TLS (--rdzv_conf cacert): "
+        "give it the server's certificate and key too (--rdzv_conf cert=...,key=...)")));
+  }
+  // A rendezvous embedded on loopback stays plaintext: it never leaves the machine.
+  const std::string client_ca = loopback_embed ? "" : tls_ca;
   if (serve) {
     rdzv::ServerOptions so;
     so.host = bind_host;
     so.port = bind_port;
     so.token = token;
+    if (!loopback_embed) {
+      so.tls_cert_file = tls_cert;
+      so.tls_key_file = tls_key;
+    }
     auto started = rdzv::RendezvousServer::Start(so);
     if (!started.ok()) {
       if (hosting.hosting == Hosting::kServe) {
@@ -253,6 +286,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
     rdzv::ClientOptions co;
     co.endpoint = endpoint;
     co.token = token;
+    co.tls_root_cert_file = client_ca;
     client = rdzv::NewGrpcRendezvousClient(co);
   } else {
     client = NewLocalRendezvousClient();
@@ -317,6 +351,7 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
   o.agent_socket = agent_service ? (*run_dir)->socket_path() : "";
   o.rdzv_endpoint_for_workers = endpoint;
   o.rdzv_token_file = token_file;
+  o.rdzv_ca_file = client_ca;
 
   auto ports = NewRealPortFinder();
   RoundMonitorOptions mo;

@@ -77,14 +77,21 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
     co.endpoint = rdzv::FormatEndpoint(config.rdzv_endpoint);
     co.retry_budget = absl::Seconds(5);
     co.call_timeout = absl::Seconds(5);
-    if (auto it = env.find("CPPTORCHRUN_RDZV_TOKEN_FILE"); it != env.end()) {
-      absl::StatusOr<std::string> token = base::ReadTokenFile(it->second);
+    std::string token_file = config.token_file;
+    if (auto it = env.find("CPPTORCHRUN_RDZV_TOKEN_FILE"); token_file.empty() && it != env.end()) {
+      token_file = it->second;
+    }
+    if (!token_file.empty()) {
+      absl::StatusOr<std::string> token = base::ReadTokenFile(token_file);
       if (!token.ok()) {
-        std::fprintf(stderr, "cpptorchrun status: CPPTORCHRUN_RDZV_TOKEN_FILE: %s\n",
-                     std::string(token.status().message()).c_str());
+        std::fprintf(stderr, "cpptorchrun status: %s\n", std::string(token.status().message()).c_str());
         return 2;
       }
       co.token = *token;
+    }
+    co.tls_root_cert_file = config.ca_file;
+    if (auto it = env.find("CPPTORCHRUN_RDZV_CA_FILE"); co.tls_root_cert_file.empty() && it != env.end()) {
+      co.tls_root_cert_file = it->second;
     }
     owned = rdzv::NewGrpcRendezvousClient(co);
     client = owned.get();

@@ -32,6 +32,7 @@ struct WorkerEnvInputs {
   std::string agent_socket;        // empty: not set
   std::string rdzv_endpoint;       // empty: not set
   std::string rdzv_token_file;     // empty: not set
+  std::string rdzv_ca_file;        // TLS: the CA of the rendezvous's certificate; empty: plaintext
   std::string local_addr;          // empty: not set
   int fake_gpus = 0;               // 0: real devices, no CPPTORCHRUN_FAKE_GPU(S)
   // torchrun's --virtual_local_rank: LOCAL_RANK is 0 for every worker and

@@ -72,6 +72,7 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   env.error_file = Str(lookup, "TORCHELASTIC_ERROR_FILE");
   env.rdzv_endpoint = Str(lookup, "CPPTORCHRUN_RDZV_ENDPOINT");
   env.rdzv_token_file = Str(lookup, "CPPTORCHRUN_RDZV_TOKEN_FILE");
+  env.rdzv_ca_file = Str(lookup, "CPPTORCHRUN_RDZV_CA_FILE");
   env.agent_socket = Str(lookup, "CPPTORCHRUN_AGENT_SOCKET");
   env.local_addr = Str(lookup, "CPPTORCHRUN_LOCAL_ADDR", "127.0.0.1");
   const char* fake_value = lookup("CPPTORCHRUN_FAKE_GPU");

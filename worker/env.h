@@ -26,6 +26,8 @@ struct WorkerEnv {
   std::string rdzv_endpoint;
   int64_t rdzv_round = 0;
   std::string rdzv_token_file;
+  // TLS to the rendezvous: the CA file (CPPTORCHRUN_RDZV_CA_FILE); empty: plaintext.
+  std::string rdzv_ca_file;
   std::string agent_socket;
   // Set only under --fake_gpus.
   std::optional<int> fake_gpu;

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
   }
   rdzv::ClientOptions options;
   options.endpoint = env.rdzv_endpoint;
+  options.tls_root_cert_file = env.rdzv_ca_file;
   if (!env.rdzv_token_file.empty()) {
     absl::StatusOr<std::string> token = base::ReadTokenFile(env.rdzv_token_file);
     if (!token.ok()) return token.status();
