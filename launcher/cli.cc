@@ -580,6 +580,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     std::string v = value("rdzv_id", "none", &src);
     if (!ValidRunId(v)) return Bad(src, "1..128 characters of [A-Za-z0-9_.-]", v);
     c.rdzv_id = v;
+    c.rdzv_id_given = given("rdzv_id");
   }
   {
     auto conf = ParseRdzvConf(value("rdzv_conf", "", &src), src, &c.warnings);
@@ -641,6 +642,7 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string
     }
   }
   {
+    c.master_addr_given = given("master_addr");
     std::string v = value("master_addr", "127.0.0.1", &src);
     std::string host = v;
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);

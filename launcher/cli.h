@@ -69,6 +69,7 @@ struct LaunchConfig {
   // --master_addr:--master_port, and node rank 0 serves the rendezvous there.
   bool rdzv_endpoint_from_master = false;
   std::string rdzv_id = "none";
+  bool rdzv_id_given = false;  // on the command line or in PET_RDZV_ID
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;
@@ -91,6 +92,7 @@ struct LaunchConfig {
   // --numa_binding: node, socket, exclusive, core-complex; empty: none.
   std::string numa_binding;
   std::string master_addr = "127.0.0.1";
+  bool master_addr_given = false;
   int master_port = 29500;
   bool master_port_given = false;
   std::string local_addr;  // empty: derived (see main)

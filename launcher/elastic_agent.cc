@@ -82,7 +82,7 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     in.group_world_size = a.group_world_size();
     in.rank_offset = a.rank_offset();
     in.world_size = a.world_size();
-    in.master_addr = a.master_addr();
+    in.master_addr = o_.fixed_master_addr.empty() ? a.master_addr() : o_.fixed_master_addr;
     in.master_port = a.master_port();
     in.round = a.round();
     in.restart_count = restart_count;

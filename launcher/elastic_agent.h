@@ -65,6 +65,9 @@ struct AgentOptions {
   rdzv::v1::RunOptions run_options;
   // A fixed MASTER_PORT (--master_port given); 0: a free port each round.
   int fixed_master_port = 0;
+  // MASTER_ADDR for the workers when set (static backend: --master_addr);
+  // else the group-rank-0 node's address from the round.
+  std::string fixed_master_addr;
 
   // Attempt folders go under here: <log_root>/attempt_<k>/<local_rank>/.
   std::string log_root;

@@ -91,7 +91,25 @@ std::vector<int> HandledSignals(const LaunchConfig& c) {
   return all;
 }
 
-int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env) {
+// A random (version 4) UUID, as torchrun names a --standalone run.
+std::string RandomUuid() {
+  std::random_device rd;
+  uint8_t b[16];
+  for (uint8_t& x : b) x = static_cast<uint8_t>(rd());
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(b[i], absl::kZeroPad2));
+  }
+  return out;
+}
+
+int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
+  // torchrun names a --standalone run with a fresh UUID (an explicit
+  // --rdzv_id is kept here, where torchrun would ignore it).
+  if (c.standalone && !c.rdzv_id_given) c.rdzv_id = RandomUuid();
   // Devices and the program: any problem is a usage error, nothing started.
   std::unique_ptr<DeviceEnumerator> devices =
       c.fake_gpus > 0 ? NewFakeDeviceEnumerator(c.fake_gpus)
@@ -343,6 +361,8 @@ int Launch(const LaunchConfig& c, const std::map<std::string, std::string>& env)
       static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
   // Static: MASTER_PORT is --master_port when given, and always for a
   // multi-node static job (torchrun's 29500 default), as under torchrun.
+  // Static: MASTER_ADDR is --master_addr (torchrun's), as given.
+  if (c.rdzv_backend == RdzvBackend::kStatic) o.fixed_master_addr = c.master_addr;
   o.fixed_master_port =
       (c.rdzv_backend == RdzvBackend::kStatic && (c.master_port_given || c.rdzv_endpoint_from_master))
           ? c.master_port

@@ -64,9 +64,15 @@ absl::StatusOr<std::unique_ptr<RunDir>> RunDir::Create(const std::string& log_di
   dir->private_dir_ = templ;
   std::string error;
   if (log_dir.empty()) {
-    dir->log_root_ = absl::StrCat(templ, "/", run_id);
+    // <private folder>/<run_id>_<unique>, the layout --log_dir gets.
+    std::string own = absl::StrCat(templ, "/", run_id, "_XXXXXX");
+    if (mkdtemp(own.data()) == nullptr) {
+      const int err = errno;
+      RemoveTree(templ);
+      return absl::InternalError(absl::StrCat("cannot create a folder in ", templ, ": ", strerror(err)));
+    }
+    dir->log_root_ = own;
     dir->logs_in_private_ = true;
-    if (!MakeDirs(dir->log_root_, &error)) return absl::InternalError(error);
   } else {
     // A folder of this launcher's own (torchrun's <run_id>_<unique>): nodes
     // sharing --log_dir (one shared filesystem) and earlier runs of the same

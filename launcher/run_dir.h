@@ -1,7 +1,8 @@
 // The run folder: a private (0700) temporary folder per launcher holding
 // the agent socket, and the root of the worker logs and error files:
 // with --log_dir a new folder <log_dir>/<run_id>_<6 random characters> of
-// this launcher's own (as torchrun's), else <private folder>/<run_id>.
+// this launcher's own (as torchrun's), else the same under the private
+// folder: <private folder>/<run_id>_<6 random characters>.
 #ifndef CPPTORCHRUN_LAUNCHER_RUN_DIR_H_
 #define CPPTORCHRUN_LAUNCHER_RUN_DIR_H_
 

@@ -300,7 +300,7 @@ TEST_F(LauncherTest, EveryEnvironmentVariable) {
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "envjob");
     EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
-    EXPECT_THAT(env["TORCHELASTIC_ERROR_FILE"], HasSubstr(absl::StrCat("/envjob/attempt_0/", r, "/error.json")));
+    EXPECT_THAT(env["TORCHELASTIC_ERROR_FILE"], ::testing::ContainsRegex(absl::StrCat("/envjob_[A-Za-z0-9]{6}/attempt_0/", r, "/error\\.json$")));
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
     EXPECT_THAT(env["CPPTORCHRUN_RDZV_ENDPOINT"], HasSubstr("127.0.0.1:"));
@@ -360,7 +360,7 @@ TEST_F(LauncherTest, OutOfRestartsExitsWithTheRootCauseAndSummary) {
   EXPECT_THAT(tail, HasSubstr("exitcode  : 5"));
   EXPECT_THAT(tail, HasSubstr("host      : 127.0.0.1"));
   EXPECT_THAT(tail, HasSubstr("RuntimeError: bad batch"));
-  EXPECT_THAT(tail, HasSubstr("/sumjob/attempt_1/1/error.json"));
+  EXPECT_THAT(tail, ::testing::ContainsRegex("/sumjob_[A-Za-z0-9]{6}/attempt_1/1/error\\.json"));
   EXPECT_THAT(tail, HasSubstr("traceback : test_worker main"));
   EXPECT_TRUE(Exists(dir_ + "/env.1.1"));
   EXPECT_FALSE(Exists(dir_ + "/env.1.2"));
@@ -455,6 +455,19 @@ TEST_F(LauncherTest, NumaBindingExclusiveGivesEachWorkerItsOwnCpus) {
   Launcher cpu({"--nproc_per_node=2", "--numa_binding=node", "--no_python", "/bin/true"});
   EXPECT_EQ(cpu.Wait(), 2);
   EXPECT_THAT(cpu.err(), HasSubstr("--numa_binding binds each worker near its GPU"));
+}
+
+TEST_F(LauncherTest, StandaloneRunIdAndStaticMasterAddressAsTorchrunSetsThem) {
+  // --standalone without --rdzv_id: a fresh UUID names the run.
+  Launcher s({"--standalone", "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", "echo id=$TORCHELASTIC_RUN_ID"});
+  ASSERT_EQ(s.Wait(), 0) << s.err();
+  EXPECT_THAT(s.out(), ::testing::ContainsRegex("id=[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"));
+  // Static: MASTER_ADDR and MASTER_PORT are the flags, as given.
+  const int port = FreePort();
+  Launcher m({"--nproc_per_node=1", "--master_addr=localhost", absl::StrCat("--master_port=", port), "--no_python",
+              "/bin/sh", "-c", "echo master=$MASTER_ADDR:$MASTER_PORT"});
+  ASSERT_EQ(m.Wait(), 0) << m.err();
+  EXPECT_THAT(m.out(), HasSubstr(absl::StrCat("master=localhost:", port)));
 }
 
 TEST_F(LauncherTest, LaunchersSharingALogDirNeverWriteIntoEachOthersFiles) {
