@@ -56,6 +56,10 @@ bool ElasticAgent::IsStopSignal(int signo) const {
   return std::find(o_.stop_signals.begin(), o_.stop_signals.end(), signo) != o_.stop_signals.end();
 }
 
+void ElasticAgent::Event(absl::string_view name, std::vector<EventField> fields) {
+  if (o_.events != nullptr) o_.events->Record(name, std::move(fields));
+}
+
 std::string ElasticAgent::Prefix(int local_rank, int rank) const {
   return ExpandLinePrefix(o_.log_line_prefix_template, o_.role, rank, local_rank);
 }
@@ -178,6 +182,8 @@ bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
       w.failure = f;
       spdlog::warn("worker rank {} (local rank {}, pid {}) failed: {}", w.rank, w.local_rank, pid,
                    status.ToString());
+      Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
+                              {"pid", int64_t{pid}}, {"status", status.ToString()}});
     }
     return true;
   }
@@ -218,6 +224,8 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
         w.failure = f;
         w.stopping = true;
         spdlog::warn("worker rank {} (local rank {}, pid {}) is hung: killing it", w.rank, lr, w.pid);
+        Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
+                                {"status", std::string("hung")}});
         o_.processes->SignalGroup(w.pid, SIGKILL);
       }
       return {Outcome::kFailed, 0, ""};
@@ -418,6 +426,11 @@ AgentResult ElasticAgent::Run() {
     const rdzv::v1::Assignment a = **joined;
     last_round = a.round();
     proof = a.signature();
+    if (restart_.has_value()) restart_->joined = o_.clock->Now();
+    Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
+                           {"group_world_size", int64_t{a.group_world_size()}},
+                           {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},
+                           {"master_port", int64_t{a.master_port()}}, {"restart_count", int64_t{restart_count}}});
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}",
                  a.round(), a.group_rank(), a.group_world_size(), a.rank_offset(),
                  a.rank_offset() + o_.local_world_size - 1, a.world_size(), a.master_addr(),
@@ -427,6 +440,28 @@ AgentResult ElasticAgent::Run() {
       o_.round_monitor->Start(a, restart_count, [processes] { processes->Wakeup(); });
     }
     StartWorkers(a, restart_count, attempt);
+    {
+      std::vector<int64_t> pids;
+      for (const Worker& w : workers_) pids.push_back(w.pid);
+      Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{attempt}},
+                                {"local_world_size", int64_t{o_.local_world_size}}, {"pids", pids}});
+    }
+    if (restart_.has_value()) {
+      // The launcher's part of the restart, phase by phase.
+      const absl::Time started = o_.clock->Now();
+      const PendingRestart& r = *restart_;
+      auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
+      Event("restart", {{"cause", r.cause}, {"round", a.round()}, {"from_round", r.from_round},
+                        {"restart_count", int64_t{restart_count}}, {"max_restarts", int64_t{o_.max_restarts}},
+                        {"counted", int64_t{r.counted ? 1 : 0}},
+                        {"detected_to_stopped_s", s(r.stopped - r.detected)},
+                        {"stopped_to_joined_s", s(r.joined - r.stopped)},
+                        {"joined_to_started_s", s(started - r.joined)}, {"total_s", s(started - r.detected)}});
+      spdlog::info("restart ({}) took {:.3f} s in the launcher: stop {:.3f} s, rendezvous {:.3f} s, start {:.3f} s",
+                   r.cause, s(started - r.detected), s(r.stopped - r.detected), s(r.joined - r.stopped),
+                   s(started - r.joined));
+      restart_.reset();
+    }
     ++attempt;
     result.attempts = attempt;
     result.restart_count = restart_count;
@@ -439,6 +474,7 @@ AgentResult ElasticAgent::Run() {
         StopWorkers(m.signo);
         leave(absl::StrCat("signal ", SignalName(m.signo)));
         result.exit_code = 128 + m.signo;
+        Event("finished", {{"exit_code", int64_t{result.exit_code}}, {"reason", absl::StrCat("signal ", SignalName(m.signo))}});
         return result;
       }
       case Outcome::kSucceeded: {
@@ -446,6 +482,7 @@ AgentResult ElasticAgent::Run() {
         if (a.group_world_size() > 1) {
           spdlog::info("local workers finished; waiting for the other nodes (exit barrier, at most {})",
                        absl::FormatDuration(o_.exit_barrier_timeout));
+          Event("exit_barrier", {{"round", a.round()}});
         }
         rdzv::RendezvousClient* client = o_.rdzv;
         const std::string run_id = o_.run_id;
@@ -472,6 +509,9 @@ AgentResult ElasticAgent::Run() {
             // one round, so this node joins the next one too.
             spdlog::warn("round {} ended during the exit barrier ({}): restarting the workers "
                          "(restarts not consumed)", a.round(), re.reason);
+            Event("round_ended", {{"round", a.round()}, {"reason", re.reason}});
+            const absl::Time now = o_.clock->Now();
+            restart_ = PendingRestart{"membership", a.round(), false, now, now, now};
             continue;
           }
           spdlog::warn("the run was closed during the exit barrier: {}", re.reason);
@@ -481,13 +521,17 @@ AgentResult ElasticAgent::Run() {
         o_.processes->DrainOutput(absl::Now() + kDrainWait);
         spdlog::info("all {} workers finished", workers_.size());
         result.exit_code = 0;
+        Event("finished", {{"exit_code", int64_t{0}}, {"reason", std::string("all workers finished")}});
         return result;
       }
       case Outcome::kMembership: {
         spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", a.round(),
                      m.reason);
+        Event("round_ended", {{"round", a.round()}, {"reason", m.reason}});
+        const absl::Time detected = o_.clock->Now();
         if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
         StopWorkers(SIGTERM);
+        restart_ = PendingRestart{"membership", a.round(), false, detected, o_.clock->Now(), {}};
         continue;
       }
       case Outcome::kRunClosed: {
@@ -498,6 +542,7 @@ AgentResult ElasticAgent::Run() {
         // waits for the others to leave before it exits.
         leave("the run was closed");
         result.exit_code = 1;
+        Event("finished", {{"exit_code", int64_t{1}}, {"reason", m.reason}});
         return result;
       }
       case Outcome::kFailed: {
@@ -518,6 +563,8 @@ AgentResult ElasticAgent::Run() {
           ++restart_count;
           spdlog::warn("worker group failed (rank {}: {}); restarting, {} of {} restarts", rc.rank,
                        rc.status.ToString(), restart_count, o_.max_restarts);
+          // Detected when the launcher saw the first failure; stopped now.
+          restart_ = PendingRestart{"worker_failed", a.round(), true, rc.time, o_.clock->Now(), {}};
           continue;
         }
         result.summary = FormatFailureSummary(o_.program_name, failures);
@@ -527,6 +574,8 @@ AgentResult ElasticAgent::Run() {
         leave("failed");
         result.exit_code = rc.status.LauncherExitCode();
         if (result.exit_code == 0) result.exit_code = 1;
+        Event("finished", {{"exit_code", int64_t{result.exit_code}},
+                           {"reason", absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString())}});
         return result;
       }
     }

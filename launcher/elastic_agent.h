@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "launcher/cli.h"
 #include "launcher/failure_summary.h"
 #include "launcher/ports.h"
+#include "launcher/event_log.h"
 #include "launcher/process.h"
 #include "launcher/progress_board.h"
 #include "launcher/round_monitor.h"
@@ -68,6 +70,8 @@ struct AgentOptions {
   // MASTER_ADDR for the workers when set (static backend: --master_addr);
   // else the group-rank-0 node's address from the round.
   std::string fixed_master_addr;
+  // Not owned; null: no event log (event_log.h).
+  EventLog* events = nullptr;
 
   // Attempt folders go under here: <log_root>/attempt_<k>/<local_rank>/.
   std::string log_root;
@@ -145,10 +149,21 @@ class ElasticAgent {
                           int group_rank, int group_world_size, absl::Duration timeout);
   bool IsStopSignal(int signo) const;
 
+  // A restart on its way: when its failure was detected, the old workers
+  // stopped, the new round joined (for the restart event's phases).
+  struct PendingRestart {
+    std::string cause;
+    int64_t from_round = 0;
+    bool counted = false;
+    absl::Time detected, stopped, joined;
+  };
+  void Event(absl::string_view name, std::vector<EventField> fields);
+
   AgentOptions o_;
   std::vector<Worker> workers_;
   int exit_sequence_ = 0;
   std::string host_;
+  std::optional<PendingRestart> restart_;
 };
 
 // "[${role_name}${local_rank}]:" with ${role_name}, ${rank}, ${local_rank}

@@ -7,6 +7,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -49,6 +52,7 @@ class AgentTest : public ::testing::Test {
     o_.progress = &board_;
     o_.round_monitor = &monitor_;
     o_.print_summary = [this](const std::string& s) { printed_ += s; };
+    o_.events = &events_;
   }
 
   AgentResult Run() {
@@ -78,6 +82,7 @@ class AgentTest : public ::testing::Test {
   FakeRoundMonitor monitor_;
   std::string log_root_;
   std::string printed_;
+  MemoryEventLog events_;
   AgentOptions o_;
 };
 
@@ -104,6 +109,34 @@ TEST_F(AgentTest, SuccessRunsOneGroupAndLeaves) {
   EXPECT_THAT(rdzv_.leaves(), ElementsAre("finished"));
   EXPECT_TRUE(rdzv_.closes().empty());
   EXPECT_TRUE(printed_.empty());
+}
+
+TEST_F(AgentTest, EventsOfARestartAddUpPhaseByPhase) {
+  o_.max_restarts = 1;
+  int starts = 0;
+  processes_.on_start = [&starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    // The first group: local rank 1 fails after 2 s; rank 0 ignores SIGTERM
+    // (stopping it takes --shutdown_timeout, then SIGKILL). The second group
+    // succeeds.
+    if (++starts == 2) p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(4));
+    if (starts == 1) p.IgnoreSigterm(s.pid);
+    if (starts > 2) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(events_.names(), (std::vector<std::string>{"round_joined", "workers_started", "worker_failed",
+                                                        "round_joined", "workers_started", "restart", "finished"}));
+  const auto restart = events_.events()[5].second;
+  std::map<std::string, EventValue> f(restart.begin(), restart.end());
+  EXPECT_EQ(std::get<std::string>(f.at("cause")), "worker_failed");
+  EXPECT_EQ(std::get<int64_t>(f.at("counted")), 1);
+  const double total = std::get<double>(f.at("total_s"));
+  const double sum = std::get<double>(f.at("detected_to_stopped_s")) + std::get<double>(f.at("stopped_to_joined_s")) +
+                     std::get<double>(f.at("joined_to_started_s"));
+  EXPECT_NEAR(std::get<double>(f.at("detected_to_stopped_s")), 30.0, 1e-6) << "the shutdown grace";
+  EXPECT_NEAR(sum, total, 1e-6) << "the phases add up to the total";
+  const auto finished = events_.events().back().second;
+  EXPECT_EQ(std::get<int64_t>(finished[0].second), 0);
 }
 
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {

@@ -23,6 +23,7 @@
 #include "launcher/console_log.h"
 #include "launcher/devices.h"
 #include "launcher/elastic_agent.h"
+#include "launcher/event_log.h"
 #include "launcher/hosting.h"
 #include "launcher/numa.h"
 #include "launcher/local_rendezvous.h"
@@ -390,6 +391,11 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.progress = &board;
   o.round_monitor = monitor.get();
   o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
+  // The event log, in this launcher's log folder (event_log.h); torchrun's
+  // --event_log_handler console also logs each event.
+  std::unique_ptr<EventLog> events =
+      NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
+  o.events = events.get();
 
   if (uses_gpus || c.fake_gpus > 0) {
     spdlog::debug("{} workers on {} {}GPUs", *nproc, *nproc, c.fake_gpus > 0 ? "fake " : "");

@@ -390,6 +390,12 @@ TEST_F(LauncherTest, LogFilesLayoutRedirectsAndTee) {
       if (attempt == 1) EXPECT_EQ(ReadFile(base + "stdout.log"), "hello-out\n") << base;
     }
   }
+  // The event log beside them: the failure, the restart and its phases, the end.
+  const std::string events = ReadFile(own[0] + "/events.jsonl");
+  EXPECT_THAT(events, HasSubstr("\"event\": \"worker_failed\""));
+  EXPECT_THAT(events, ::testing::ContainsRegex("\"event\": \"restart\", \"cause\": \"worker_failed\".*\"total_s\": [0-9.]+"));
+  EXPECT_THAT(events, HasSubstr("\"event\": \"finished\", \"exit_code\": 0"));
+  EXPECT_THAT(l.err(), HasSubstr("restart (worker_failed) took"));
   // Tee: stdout on the console too, prefixed.
   EXPECT_THAT(l.out(), HasSubstr("[default0]:hello-out"));
   EXPECT_THAT(l.out(), HasSubstr("[default1]:hello-out"));
