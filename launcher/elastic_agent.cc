@@ -569,7 +569,8 @@ AgentResult ElasticAgent::Run() {
         }
         result.summary = FormatFailureSummary(o_.program_name, failures);
         if (o_.print_summary) o_.print_summary(result.summary);
-        auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()));
+        auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()),
+                                 o_.node.node_id(), proof);
         if (!st.ok()) spdlog::debug("close: {}", st.ToString());
         leave("failed");
         result.exit_code = rc.status.LauncherExitCode();

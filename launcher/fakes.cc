@@ -265,7 +265,8 @@ absl::Status FakeRendezvousClient::Leave(const std::string&, const std::string& 
   return absl::OkStatus();
 }
 
-absl::Status FakeRendezvousClient::Close(const std::string&, const std::string& reason) {
+absl::Status FakeRendezvousClient::Close(const std::string&, const std::string& reason, const std::string&,
+                                         const std::string&) {
   absl::MutexLock lock(&mu_);
   closes_.push_back(reason);
   ++version_;

@@ -113,7 +113,8 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
                                            absl::Duration timeout) override;
   absl::Status Leave(const std::string& run_id, const std::string& node_id, const std::string& reason,
                      const std::string& proof) override;
-  absl::Status Close(const std::string& run_id, const std::string& reason) override;
+  absl::Status Close(const std::string& run_id, const std::string& reason, const std::string& node_id,
+                     const std::string& proof) override;
   absl::StatusOr<rdzv::v1::RunStatusResponse> RunStatus(const std::string& run_id) override;
   std::unique_ptr<rdzv::Store> OpenStore(const std::string& run_id, int64_t round) override;
 

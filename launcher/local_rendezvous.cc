@@ -65,7 +65,8 @@ class LocalRendezvous final : public rdzv::RendezvousClient {
     return absl::OkStatus();
   }
 
-  absl::Status Close(const std::string&, const std::string& reason) override {
+  absl::Status Close(const std::string&, const std::string& reason, const std::string&,
+                     const std::string&) override {
     absl::MutexLock lock(&mu_);
     ++version_;
     closed_ = true;

@@ -257,7 +257,8 @@ TEST_F(BadInputTest, RunOptions) {
 
 TEST_F(BadInputTest, SparesPerRun) {
   // A full round of 1 node (the limit of nodes per run is 8), then 8 spares.
-  ASSERT_TRUE(Client()->Join(Join("run", "a", 1, 1)).ok());
+  auto a = Client()->Join(Join("run", "a", 1, 1));
+  ASSERT_TRUE(a.ok());
   std::vector<std::future<absl::StatusOr<v1::Assignment>>> spares;
   std::vector<std::unique_ptr<RendezvousClient>> clients;
   for (int i = 0; i < 8; ++i) {
@@ -274,13 +275,15 @@ TEST_F(BadInputTest, SparesPerRun) {
     if (!all_waiting) absl::SleepFor(absl::Milliseconds(2));  // polling a condition, bounded
   }
   if (!all_waiting) {
-    ASSERT_TRUE(Client()->Close("run", "test failed").ok());  // frees the spares' Joins
+    ASSERT_TRUE(Client()->Close("run", "test failed", "a", a->signature()).ok());  // frees the spares' Joins
     FAIL() << "the 8 spares did not all reach the server";
   }
   ExpectError(Client()->Join(Join("run", "one-too-many", 1, 1)).status(),
               absl::StatusCode::kResourceExhausted, "max_nodes_per_run");
   ExpectStillServing();
-  ASSERT_TRUE(Client()->Close("run", "test over").ok());
+  // Only a participant closes a run whose round stands.
+  ExpectError(Client()->Close("run", "test over"), absl::StatusCode::kPermissionDenied, "participants");
+  ASSERT_TRUE(Client()->Close("run", "test over", "a", a->signature()).ok());
   for (auto& f : spares) {
     EXPECT_EQ(f.get().status().code(), absl::StatusCode::kFailedPrecondition);
   }

@@ -62,7 +62,10 @@ class RendezvousClient {
   // that sends its own.
   virtual absl::Status Leave(const std::string& run_id, const std::string& node_id,
                              const std::string& reason, const std::string& proof = "") = 0;
-  virtual absl::Status Close(const std::string& run_id, const std::string& reason) = 0;
+  // `node_id`, `proof`: the closing node and its assignment's signature,
+  // needed to close a run whose round stands (service.h).
+  virtual absl::Status Close(const std::string& run_id, const std::string& reason,
+                             const std::string& node_id = "", const std::string& proof = "") = 0;
   virtual absl::StatusOr<v1::RunStatusResponse> RunStatus(const std::string& run_id) = 0;
 
   // The store of (run_id, round), over the same connection.

@@ -336,12 +336,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
     });
   }
 
-  absl::Status Close(const std::string& run_id, const std::string& reason) override {
+  absl::Status Close(const std::string& run_id, const std::string& reason, const std::string& node_id,
+                     const std::string& proof) override {
     if (!connection_.ok()) return connection_.status();
     Connection& c = **connection_;
     v1::CloseRequest request;
     request.set_run_id(run_id);
     request.set_reason(reason);
+    request.set_node_id(node_id);
+    request.set_proof(proof);
     v1::CloseResponse response;
     return c.Call("Close", absl::ZeroDuration(), [&](grpc::ClientContext* ctx) {
       return c.stub()->Close(ctx, request, &response);

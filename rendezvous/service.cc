@@ -777,17 +777,11 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
     // check, excepted).
     const RunState& state = run->state;
     if (!state.active_ended && state.participant_index.contains(request->node_id()) &&
-        run->unsigned_round != state.active_round) {
-      std::optional<v1::Assignment> mine =
-          AssignmentFor(state, request->node_id(), options_.limits.max_participants_in_assignment);
-      if (mine.has_value()) {
-        mine->set_signature(request->proof());
-        if (!signer_.Verify(state.run_id, request->node_id(), *mine)) {
-          return absl::PermissionDeniedError(absl::StrCat(
-              "run '", state.run_id, "': a Leave for node '", request->node_id(),
-              "' of the standing round must carry that node's assignment signature"));
-        }
-      }
+        run->unsigned_round != state.active_round &&
+        !ProvesParticipant(*run, request->node_id(), request->proof())) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "run '", state.run_id, "': a Leave for node '", request->node_id(),
+          "' of the standing round must carry that node's assignment signature"));
     }
     ApplyLeave(options_.clock->Now(), &run->state, request->node_id(),
                request->reason().empty() ? "left" : request->reason());
@@ -801,12 +795,24 @@ grpc::ServerUnaryReactor* RendezvousService::Close(grpc::CallbackServerContext* 
                                                    v1::CloseResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::string reason = request->reason().empty() ? "closed by a client" : request->reason();
-    RememberClosed(request->run_id(), reason);
     auto it = runs_.find(request->run_id());
-    if (it != runs_.end()) {
-      ApplyClose(options_.clock->Now(), &it->second->state, reason);
-      Settle(it->second.get(), {}, "", finishes);
+    if (it == runs_.end()) {
+      // Nothing to close; and a run id closed in advance would refuse the
+      // job that comes to use it.
+      if (closed_.contains(request->run_id())) return absl::OkStatus();
+      return UnknownRunError(request->run_id());
     }
+    Run* run = it->second.get();
+    const RunState& state = run->state;
+    if (!state.closed && !state.active_ended && run->unsigned_round != state.active_round &&
+        !ProvesParticipant(*run, request->node_id(), request->proof())) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "run '", state.run_id, "': closing a run whose round stands takes one of its participants' "
+          "node id and assignment signature"));
+    }
+    RememberClosed(request->run_id(), reason);
+    ApplyClose(options_.clock->Now(), &run->state, reason);
+    Settle(run, {}, "", finishes);
     return absl::OkStatus();
   });
 }
@@ -890,6 +896,15 @@ bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finish
   }
   finishes->emplace_back(held, grpc::Status::OK);
   return true;
+}
+
+bool RendezvousService::ProvesParticipant(const Run& run, const std::string& node_id, const std::string& proof) {
+  if (!run.state.participant_index.contains(node_id)) return false;
+  std::optional<v1::Assignment> mine =
+      AssignmentFor(run.state, node_id, options_.limits.max_participants_in_assignment);
+  if (!mine.has_value()) return false;
+  mine->set_signature(proof);
+  return signer_.Verify(run.state.run_id, node_id, *mine);
 }
 
 absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes) {

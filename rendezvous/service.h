@@ -196,6 +196,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // max_keys_per_run.
   absl::Status RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `proof` is the assignment signature of `node_id`, a participant
+  // of the run's current round.
+  bool ProvesParticipant(const Run& run, const std::string& node_id, const std::string& proof)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `delta` bytes to the run's and the server's store tallies.
   void CountBytes(Run* run, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `round`'s scope of `run` when it holds no key and no reader.

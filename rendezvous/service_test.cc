@@ -299,7 +299,11 @@ TEST_F(ServiceTest, ClosedRunRefusesJoinsAndWakesWatchers) {
   auto watch = std::async(std::launch::async, [&] {
     return watcher->Watch("job-7", "a", 1, before.version(), absl::Seconds(10));
   });
-  ASSERT_TRUE(Client()->Close("job-7", "training finished").ok());
+  EXPECT_EQ(Client()->Close("job-7", "training finished", "a", "forged").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Client()->Close("never-was", "x").code(), absl::StatusCode::kNotFound)
+      << "a run id cannot be closed before its job comes";
+  ASSERT_TRUE(Client()->Close("job-7", "training finished", "a", first->signature()).ok());
   auto event = watch.get();
   ASSERT_TRUE(event.ok());
   EXPECT_TRUE(event->run_closed());

@@ -66,6 +66,11 @@ class ElasticTrainTest(unittest.TestCase):
         m = self.finished_metrics(a, b)
         self.assertEqual(m["world_size"], 4)
         self.assertEqual(m["restart_count"], 0)
+        # Both nodes share one --log_dir: a folder each, every rank's output kept.
+        folders = jobs.node_log_folders(work, run_id)
+        self.assertEqual(len(folders), 2, folders)
+        for attempts in folders.values():
+            self.assertEqual(attempts, {0: [0, 1]})
         self.assertEqual(m["samples"], self.reference["samples"])
         self.assertAlmostEqual(m["test_accuracy"], self.reference["test_accuracy"], delta=TOLERANCE)
         self.assertEqual(jobs.job_leftovers(run_id), [])

@@ -12,7 +12,13 @@ MASTER_ADDR, no restart spent.
 3. A run the server does not know, re-registered from a participant list of
    100,000 nodes (it used to allocate them all).
 4. A Leave in a real node's name (it would end the round for everyone)
-   without that node's assignment signature.
+   without that node's assignment signature; a Close of the live run
+   without a participant's signature.
+5. Joins of the live run id with a last round of INT64_MAX (it used to make
+   every later round negative), 2^31-1 workers (a world size that wraps),
+   or a node id holding terminal escapes.
+6. A store flood of another run: 1 MiB values until the per-run byte
+   budget refuses them; the server's RSS stays within its budget.
 
 The attacker runs on a host of the cluster (a subprocess of this file in
 that host's network namespace) and reports what it saw as JSON.
@@ -79,6 +85,46 @@ def attack(name, endpoint, token, run_id):
         strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
         return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
                 "ghost": None}
+    elif name == "forged_close":
+        victim = before["raw"].nodes[0].participant
+        req = pb.CloseRequest(run_id=run_id, reason="forged", node_id=victim.node_id, proof=b"\1" * 32)
+        _, code, details = client.call("Close", req)
+        after = _status(client, run_id)
+        client.close()
+        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
+        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
+                "ghost": None}
+    elif name in ("overflow_join", "huge_world", "escape_node"):
+        node = pb.NodeInfo(node_id="mallory", host="10.6.6.6", local_world_size=1, static_node_rank=-1)
+        last_round = 0
+        if name == "overflow_join":
+            last_round = 2 ** 63 - 1
+        elif name == "huge_world":
+            node.local_world_size = 2 ** 31 - 1
+        else:
+            node.node_id = "mal\x1b]0;owned\x07\nfake log line"
+        opts = pb.RunOptions(min_nodes=2, max_nodes=2)
+        req = pb.JoinRequest(run_id=run_id, node=node, options=opts, last_round=last_round)
+        _, code, details = client.call("Join", req)
+        after = _status(client, run_id)
+        client.close()
+        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
+        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
+                "ghost": None}
+    elif name == "store_flood":
+        scope = pb.Scope(run_id="flood-%x" % random.getrandbits(24), round=1)
+        refused, details, stored = None, "", 0
+        for i in range(80):
+            _, code, details = client.call("Set", pb.SetRequest(scope=scope, key="k%d" % i, value=b"x" * (1 << 20)))
+            if code.name != "OK":
+                refused = code.name
+                break
+            stored += 1
+        after = _status(client, run_id)
+        client.close()
+        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
+        return {"code": refused, "details": details, "stored": stored, "before": strip(before),
+                "after": strip(after), "ghost": None}
     elif name == "huge_unknown_run":
         n = 100000
         a = pb.Assignment(round=1, group_world_size=n, world_size=n, master_addr="6.6.6.6", master_port=1)
@@ -170,6 +216,30 @@ class HostileClientTest(unittest.TestCase):
         report = self.run_attack("forged_leave")
         self.assertEqual(report["code"], "PERMISSION_DENIED", report)
         self.assertIn("assignment signature", report["details"])
+
+    def test_close_without_a_participants_signature_is_refused(self):
+        report = self.run_attack("forged_close")
+        self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+
+    def test_joins_with_overflowing_or_unprintable_fields_are_refused(self):
+        for attack, says in (("overflow_join", "last_round"), ("huge_world", "max_local_world_size"),
+                             ("escape_node", "control character")):
+            report = self.run_attack(attack)
+            self.assertEqual(report["code"], "INVALID_ARGUMENT", report)
+            self.assertIn(says, report["details"])
+        self.assertNotIn("owned", self.server.text(), "no escape sequence reached the server's log")
+
+    def test_store_flood_stops_at_the_run_budget_and_the_server_stays_small(self):
+        report = self.run_attack("store_flood")
+        self.assertEqual(report["code"], "RESOURCE_EXHAUSTED", report)
+        self.assertIn("max_store_bytes_per_run", report["details"])
+        self.assertGreaterEqual(report["stored"], 60)  # 64 MiB of 1 MiB values, less keys' bytes
+        with open("/proc/%d/status" % self.server.proc.pid) as f:
+            rss_kb = int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+        print("rendezvous_server RSS after the attacks: %.1f MiB" % (rss_kb / 1024.0))
+        # Its store budget (1 GiB) and gRPC's quota (512 MiB) bound it; after
+        # one run's 64 MiB it is far below either.
+        self.assertLess(rss_kb, 512 * 1024)
 
     def test_huge_participant_list_for_an_unknown_run_is_refused(self):
         report = self.run_attack("huge_unknown_run")

@@ -59,6 +59,9 @@ class Node:
                 "--nnodes", nnodes, "--nproc_per_node", str(nproc), "--fake_gpus", str(nproc),
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
                 "--max_restarts", str(max_restarts),
+                # One log folder for every node of the scenario, as a shared
+                # filesystem on a cluster: each launcher makes its own in it.
+                "--log_dir", os.path.join(work, "logs"), "--tee", "3",
                 "--monitor_interval", "0.1"] + list(launcher_args) + (list(program) if program else [
                 harness.binary(TRAIN), "--checkpoint_dir", os.path.join(work, "ckpt"),
                 "--metrics_json", self.metrics] + list(train_args))
@@ -78,6 +81,24 @@ class Node:
     def worker_pids(self):
         """Pids of this node's workers (children of the launcher)."""
         return children(self.proc.pid)
+
+
+def node_log_folders(work, run_id):
+    """The launchers' folders in the scenario's shared --log_dir:
+    {folder: {attempt: [local ranks with a stdout.log]}}."""
+    logs = os.path.join(work, "logs")
+    out = {}
+    for d in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        if not d.startswith(run_id + "_"):
+            continue
+        attempts = {}
+        for a in sorted(os.listdir(os.path.join(logs, d))):
+            if a.startswith("attempt_"):
+                ranks = sorted(int(r) for r in os.listdir(os.path.join(logs, d, a)) if r.isdigit() and
+                               os.path.exists(os.path.join(logs, d, a, r, "stdout.log")))
+                attempts[int(a[len("attempt_"):])] = ranks
+        out[d] = attempts
+    return out
 
 
 def work_dir(owner, prefix):

@@ -631,7 +631,7 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackWithStatus) {
   const std::string go = dir_ + "/go";
   std::vector<std::string> common = {"--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1",
                                      absl::StrCat("--master_port=", port), "--rdzv_id=twonodes",
-                                     "--local_addr=127.0.0.1", "--monitor_interval=0.1",
+                                     "--monitor_interval=0.1",
                                      "--rdzv_conf=keep_alive_interval=0.2"};
   auto node = [&](int rank) {
     std::vector<std::string> a = common;
@@ -717,15 +717,16 @@ TEST_F(LauncherTest, LostNodeRestartsTheOtherWithoutConsumingRestarts) {
   const std::string conf = "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=3";
   std::vector<std::string> common = {"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                                      absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=elastic",
-                                     "--local_addr=127.0.0.1", "--monitor_interval=0.1", "--max_restarts=0"};
+                                     "--monitor_interval=0.1", "--max_restarts=0"};
   std::vector<std::string> a_args = common;
-  a_args.insert(a_args.end(), {conf + ",is_host=1", g_worker, "--record", dir_, "--wait_file", go});
+  // Node a starts first and serves the loopback endpoint; b is its client.
+  a_args.insert(a_args.end(), {conf, g_worker, "--record", dir_, "--wait_file", go});
   Launcher a(a_args);
   ASSERT_TRUE(Eventually([&] { return PortOpen(port); })) << a.err();
   const std::string b_dir = dir_ + "/b";
   mkdir(b_dir.c_str(), 0755);
   std::vector<std::string> b_args = common;
-  b_args.insert(b_args.end(), {conf + ",is_host=0", g_worker, "--record", b_dir, "--wait_file", go});
+  b_args.insert(b_args.end(), {conf, g_worker, "--record", b_dir, "--wait_file", go});
   Launcher b(b_args);
   // Round 1: both nodes, 4 ranks.
   ASSERT_TRUE(Eventually([&] {
@@ -761,18 +762,20 @@ TEST_F(LauncherTest, ANodeWaitingToJoinRestartsTheGroupWithoutConsumingRestarts)
   const std::string go = dir_ + "/go";
   const std::string b_dir = dir_ + "/b";
   mkdir(b_dir.c_str(), 0755);
-  auto node = [&](const std::string& is_host, const std::string& record) {
+  // The same command line for both: the first launcher binds the loopback
+  // endpoint and serves it, the second is its client.
+  auto node = [&](const std::string& record) {
     return std::vector<std::string>{
         "--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-        absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=joiner", "--local_addr=127.0.0.1",
+        absl::StrCat("--rdzv_endpoint=127.0.0.1:", port), "--rdzv_id=joiner",
         "--monitor_interval=0.1", "--max_restarts=0",
-        "--rdzv_conf=keep_alive_interval=0.2,last_call_timeout=0.5,is_host=" + is_host,
+        "--rdzv_conf=keep_alive_interval=0.2,last_call_timeout=0.5",
         g_worker, "--record", record, "--wait_file", go};
   };
-  Launcher a(node("1", dir_));
+  Launcher a(node(dir_));
   // Node a runs alone first (one node is enough after the last call).
   ASSERT_TRUE(Eventually([&] { return LatestEnv(dir_)["WORLD_SIZE"] == "2"; }, absl::Seconds(60))) << a.err();
-  Launcher b(node("0", b_dir));
+  Launcher b(node(b_dir));
   // Node b waits to join: the round ends, both meet in the next one.
   ASSERT_TRUE(Eventually([&] {
     return LatestEnv(dir_)["WORLD_SIZE"] == "4" && LatestEnv(b_dir)["WORLD_SIZE"] == "4";
@@ -793,7 +796,7 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
   auto node = [&](int rank, const std::string& record) {
     return std::vector<std::string>{
         "--nnodes=2", "--nproc_per_node=2", absl::StrCat("--node_rank=", rank), "--master_addr=127.0.0.1",
-        absl::StrCat("--master_port=", port), "--rdzv_id=restartall", "--local_addr=127.0.0.1",
+        absl::StrCat("--master_port=", port), "--rdzv_id=restartall",
         "--monitor_interval=0.1", "--max_restarts=1", "--rdzv_conf=keep_alive_interval=0.2",
         g_worker, "--record", record, "--wait_file", "2:" + go, "--wait_file", "3:" + go,
         "--fail_once", "3:" + flag, "--print", "done"};
