@@ -142,13 +142,31 @@ def section_rendezvous(ctx, res):
                            "(libuv backend, PyTorch's own figure), not reproducible at that scale here")
 
 
+def section_fuzz(ctx, res):
+    """Every fuzz target under clang's libFuzzer (coverage-guided, ASan and
+    UBSan), from its seed corpus, for a fixed time each (tools/fuzz/run)."""
+    seconds = 15 if ctx.quick else 120
+    r = subprocess.run([os.path.join(ROOT, "tools", "fuzz", "run"), str(seconds)], capture_output=True,
+                       text=True, timeout=seconds * 10 + 1800)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if not rows:
+        raise RuntimeError("tools/fuzz/run produced nothing: %s" % r.stderr[-800:])
+    for row in rows:
+        res.add("fuzz/%s/executions" % row["target"], row["executions"], "runs", better="higher")
+        res.add("fuzz/%s/crashes" % row["target"], row["crashes"], "crashes")
+    res.note("fuzz", "each target %d s from its seeds (tools/fuzz/corpus), clang %s libFuzzer, "
+                     "-fsanitize=address,undefined" % (seconds, "14"))
+    if r.returncode != 0:
+        raise RuntimeError("a fuzz target crashed: %s" % r.stderr[-800:])
+
+
 import ddp_bench  # noqa: E402  (bench/, beside this file)
 import recovery_bench  # noqa: E402
 import train_bench  # noqa: E402
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "training": train_bench.section_training, "ddp": ddp_bench.section_ddp,
-            "recovery": recovery_bench.section_recovery}
+            "recovery": recovery_bench.section_recovery, "fuzz": section_fuzz}
 
 
 def register(name, fn):
@@ -304,6 +322,7 @@ def main():
         return 0
     only = [s for s in args.only.split(",") if s] or list(SECTIONS)
     t0 = time.monotonic()
+    failed = []
     for name in only:
         if name not in SECTIONS:
             print("unknown section '%s'; known: %s" % (name, ", ".join(SECTIONS)), file=sys.stderr)
@@ -315,6 +334,7 @@ def main():
         except Exception as e:  # a broken section is reported, the others still run
             res.note(name, "FAILED: %s" % e)
             print("section %s failed: %s" % (name, e), file=sys.stderr)
+            failed.append(name)
         print("   %s took %.0f s" % (name, time.monotonic() - s0), flush=True)
     os.makedirs(ctx.out, exist_ok=True)
     plots = make_plots(ctx, res)
@@ -326,6 +346,9 @@ def main():
     print("wrote %s/results.json and %s/REPORT.md in %.0f s" % (ctx.out, ctx.out, time.monotonic() - t0))
     if args.compare:
         compare(args.compare, res)
+    if failed:
+        print("failed sections: %s" % ", ".join(failed), file=sys.stderr)
+        return 1
     return 0
 
 
