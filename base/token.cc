@@ -1,15 +1,10 @@
 #include "base/token.h"
 
-#include <errno.h>
-
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "base/files.h"
 
 namespace cpptorchrun::base {
 namespace {
@@ -43,14 +38,9 @@ absl::StatusOr<std::string> ParseToken(absl::string_view text, absl::string_view
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the token file '", path, "': ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseToken(text.str(), absl::StrCat("the token file '", path, "'"));
+  absl::StatusOr<std::string> text = ReadWholeFile(path, "token file");
+  if (!text.ok()) return text.status();
+  return ParseToken(*text, absl::StrCat("the token file '", path, "'"));
 }
 
 }  // namespace cpptorchrun::base

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_posix.h"
 #include "rendezvous/endpoint.h"
@@ -17,13 +18,7 @@ namespace cpptorchrun::rdzv {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read the ", what, " file '", path, "'"));
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return base::ReadWholeFile(path, absl::StrCat(what, " file"));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/files.h"
 
 namespace cpptorchrun::rdzv {
 namespace {
@@ -61,14 +62,9 @@ SigningKey SigningKeyFromToken(const std::string& token) {
 }
 
 absl::StatusOr<SigningKey> ReadSigningKeyFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the key file '", path, "': ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string bytes(absl::StripAsciiWhitespace(text.str()));
+  absl::StatusOr<std::string> text = base::ReadWholeFile(path, "key file");
+  if (!text.ok()) return text.status();
+  std::string bytes(absl::StripAsciiWhitespace(*text));
   if (bytes.size() < kMinKeyFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the key file '", path, "' holds ", bytes.size(),
                                                    " bytes; a key is at least ", kMinKeyFileBytes));

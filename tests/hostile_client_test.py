@@ -61,10 +61,15 @@ def _forged_round(client, status, round_delta, master):
 
 
 def attack(name, endpoint, token, run_id):
+    """Sends attack `name`; returns the status code and details it got, the
+    run's status before and after, and for a made-up run what the server
+    says of it afterwards."""
     import rdzv_wire
     client = rdzv_wire.Client(endpoint, token)
     pb = client.pb
     before = _status(client, run_id)
+    report = {}
+    method, req = "KeepAlive", None
     if name == "hijack":
         victim = before["raw"].nodes[0].participant
         a = _forged_round(client, before, 1, "6.6.6.6")
@@ -78,53 +83,31 @@ def attack(name, endpoint, token, run_id):
         req = pb.KeepAliveRequest(run_id=run_id, node_id=victim.node_id, assignment=a)
     elif name == "forged_leave":
         victim = before["raw"].nodes[0].participant
+        method = "Leave"
         req = pb.LeaveRequest(run_id=run_id, node_id=victim.node_id, reason="forged", proof=b"\0" * 32)
-        _, code, details = client.call("Leave", req)
-        after = _status(client, run_id)
-        client.close()
-        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
-        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
-                "ghost": None}
     elif name == "forged_close":
         victim = before["raw"].nodes[0].participant
+        method = "Close"
         req = pb.CloseRequest(run_id=run_id, reason="forged", node_id=victim.node_id, proof=b"\1" * 32)
-        _, code, details = client.call("Close", req)
-        after = _status(client, run_id)
-        client.close()
-        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
-        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
-                "ghost": None}
     elif name in ("overflow_join", "huge_world", "escape_node"):
         node = pb.NodeInfo(node_id="mallory", host="10.6.6.6", local_world_size=1, static_node_rank=-1)
-        last_round = 0
-        if name == "overflow_join":
-            last_round = 2 ** 63 - 1
-        elif name == "huge_world":
+        last_round = 2 ** 63 - 1 if name == "overflow_join" else 0
+        if name == "huge_world":
             node.local_world_size = 2 ** 31 - 1
-        else:
+        if name == "escape_node":
             node.node_id = "mal\x1b]0;owned\x07\nfake log line"
-        opts = pb.RunOptions(min_nodes=2, max_nodes=2)
-        req = pb.JoinRequest(run_id=run_id, node=node, options=opts, last_round=last_round)
-        _, code, details = client.call("Join", req)
-        after = _status(client, run_id)
-        client.close()
-        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
-        return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
-                "ghost": None}
+        method = "Join"
+        req = pb.JoinRequest(run_id=run_id, node=node, options=pb.RunOptions(min_nodes=2, max_nodes=2),
+                             last_round=last_round)
     elif name == "store_flood":
         scope = pb.Scope(run_id="flood-%x" % random.getrandbits(24), round=1)
-        refused, details, stored = None, "", 0
+        report["stored"] = 0
         for i in range(80):
-            _, code, details = client.call("Set", pb.SetRequest(scope=scope, key="k%d" % i, value=b"x" * (1 << 20)))
+            method, req = "Set", pb.SetRequest(scope=scope, key="k%d" % i, value=b"x" * (1 << 20))
+            _, code, details = client.call(method, req)
             if code.name != "OK":
-                refused = code.name
                 break
-            stored += 1
-        after = _status(client, run_id)
-        client.close()
-        strip = lambda s: {k: v for k, v in s.items() if k != "raw"}
-        return {"code": refused, "details": details, "stored": stored, "before": strip(before),
-                "after": strip(after), "ghost": None}
+            report["stored"] += 1
     elif name == "huge_unknown_run":
         n = 100000
         a = pb.Assignment(round=1, group_world_size=n, world_size=n, master_addr="6.6.6.6", master_port=1)
@@ -133,13 +116,15 @@ def attack(name, endpoint, token, run_id):
         req = pb.KeepAliveRequest(run_id="ghost-%x" % random.getrandbits(24), node_id="n0", assignment=a)
     else:
         raise ValueError(name)
-    _, code, details = client.call("KeepAlive", req, timeout=30)
+    if name != "store_flood":
+        _, code, details = client.call(method, req, timeout=30)
     after = _status(client, run_id)
-    ghost = _status(client, req.run_id) if req.run_id != run_id else None
+    ghost = _status(client, req.run_id) if name == "huge_unknown_run" else None
     client.close()
     strip = lambda s: {k: v for k, v in s.items() if k != "raw"} if s else s
-    return {"code": code.name, "details": details, "before": strip(before), "after": strip(after),
-            "ghost": strip(ghost)}
+    report.update({"code": code.name, "details": details, "before": strip(before), "after": strip(after),
+                   "ghost": strip(ghost)})
+    return report
 
 
 # --- the scenario ------------------------------------------------------------
