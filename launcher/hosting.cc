@@ -180,6 +180,12 @@ HostingDecision DecideHosting(const HostingInput& in, const LocalHost& local) {
                                          "' is not this machine")};
 }
 
+std::string BindAddress(const std::string& endpoint_host, const std::vector<std::string>& endpoint_addresses) {
+  if (IsLoopbackAddress(endpoint_host) || IsNumericAddress(endpoint_host)) return endpoint_host;
+  const bool v4_only = std::all_of(endpoint_addresses.begin(), endpoint_addresses.end(), IsV4);
+  return v4_only ? "0.0.0.0" : "::";
+}
+
 AddressChoice ChooseNodeAddress(const AddressInput& in, const LocalHost& local) {
   if (!in.local_addr_flag.empty()) return {in.local_addr_flag, "--local_addr"};
   if (in.single_node) return {"127.0.0.1", "a single-node job"};

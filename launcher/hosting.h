@@ -83,6 +83,13 @@ HostingDecision DecideHosting(const HostingInput& in, const LocalHost& local);
 bool NamesThisHost(const std::string& host, const std::vector<std::string>& addresses,
                    const LocalHost& local);
 
+// Where a node that serves the endpoint listens: the endpoint's own host
+// when it is written as an address or is loopback (nothing wider than
+// asked); every interface when it is a name ("0.0.0.0", or "::" when the
+// name resolves to an IPv6 address here), so the others reach it at
+// whatever the name resolves to on their side. Pure.
+std::string BindAddress(const std::string& endpoint_host, const std::vector<std::string>& endpoint_addresses);
+
 struct AddressInput {
   std::string local_addr_flag;  // --local_addr ("" when not given)
   bool single_node = false;

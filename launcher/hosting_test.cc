@@ -75,6 +75,15 @@ TEST(DecideHosting, EmbeddedAndStatic) {
   EXPECT_EQ(DecideHosting(in, HostA()).hosting, Hosting::kClient);
 }
 
+TEST(BindAddress, AsNarrowAsTheEndpointIsWritten) {
+  EXPECT_EQ(BindAddress("198.18.0.1", {"198.18.0.1"}), "198.18.0.1");
+  EXPECT_EQ(BindAddress("localhost", {"127.0.0.1"}), "localhost");
+  EXPECT_EQ(BindAddress("fe80::1", {"fe80::1"}), "fe80::1");
+  EXPECT_EQ(BindAddress("nodea", {"198.18.0.1"}), "0.0.0.0");
+  EXPECT_EQ(BindAddress("nodea", {"127.0.1.1"}), "0.0.0.0") << "a Debian hostname: every interface";
+  EXPECT_EQ(BindAddress("nodea", {"2001:db8::1", "198.18.0.1"}), "::");
+}
+
 TEST(ChooseNodeAddress, FlagThenSingleNodeThenTheRoutesSource) {
   AddressInput in;
   in.local_addr_flag = "10.1.1.1";

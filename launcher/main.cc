@@ -92,6 +92,58 @@ std::vector<int> HandledSignals(const LaunchConfig& c) {
   return all;
 }
 
+// --numa_binding: each local rank's CPUs and memory node, from this
+// machine's topology (none without the flag). Errors are usage errors.
+absl::StatusOr<std::vector<Binding>> NumaBindings(const LaunchConfig& c, DeviceEnumerator& devices, int nproc,
+                                                  bool uses_gpus) {
+  if (c.numa_binding.empty()) return std::vector<Binding>{};
+  if (!uses_gpus && c.fake_gpus == 0) {
+    return absl::InvalidArgumentError(
+        "--numa_binding binds each worker near its GPU, and this node's workers have none "
+        "(--nproc_per_node gpu, or --fake_gpus N for fake ones)");
+  }
+  auto bus_ids = devices.GpuBusIds();
+  if (!bus_ids.ok()) return bus_ids.status();
+  auto topology = ReadTopology("/sys", *bus_ids, devices.fake() ? nproc : 0);
+  if (!topology.ok()) return topology.status();
+  auto bindings = BindingsFor(*ParseNumaMode(c.numa_binding), nproc, *topology, AllowedCpus());
+  if (!bindings.ok()) return bindings.status();
+  for (size_t lr = 0; lr < bindings->size(); ++lr) {
+    spdlog::info("--numa_binding {}: local rank {} on CPUs {}, memory preferred on NUMA node {}", c.numa_binding,
+                 lr, FormatCpuList((*bindings)[lr].cpus), (*bindings)[lr].memory_node);
+  }
+  return bindings;
+}
+
+// TLS to the rendezvous (--rdzv_conf): every node verifies it with `cacert`;
+// a node that serves the endpoint serves it with `cert` and `key`.
+struct TlsConf {
+  std::string ca, cert, key;
+};
+
+absl::StatusOr<TlsConf> ReadTlsConf(const std::map<std::string, std::string>& conf) {
+  auto get = [&](const char* key) {
+    auto it = conf.find(key);
+    return it == conf.end() ? std::string() : it->second;
+  };
+  TlsConf tls{get("cacert"), get("cert"), get("key")};
+  for (const auto& [key, path] : {std::pair<const char*, std::string>{"cacert", tls.ca}, {"cert", tls.cert},
+                                  {"key", tls.key}}) {
+    if (!path.empty() && access(path.c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rdzv_conf ", key, ": cannot read '", path, "': ", std::strerror(errno)));
+    }
+  }
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError("--rdzv_conf cert and key: both or neither");
+  }
+  if (!tls.cert.empty() && tls.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv_conf cert and key need cacert too (every node, this one included, verifies the server with it)");
+  }
+  return tls;
+}
+
 // A random (version 4) UUID, as torchrun names a --standalone run.
 std::string RandomUuid() {
   std::random_device rd;
@@ -122,30 +174,8 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   if (!nproc.ok()) return UsageError(nproc.status());
   auto argv = ResolveProgram(c, env);
   if (!argv.ok()) return UsageError(argv.status());
-  // --numa_binding: each worker's CPUs and memory node, from the topology.
-  std::vector<std::vector<int>> worker_cpus;
-  std::vector<int> worker_memory_node;
-  if (!c.numa_binding.empty()) {
-    if (!uses_gpus && c.fake_gpus == 0) {
-      return UsageError(absl::InvalidArgumentError(
-          "--numa_binding binds each worker near its GPU, and this node's workers have none "
-          "(--nproc_per_node gpu, or --fake_gpus N for fake ones)"));
-    }
-    auto bus_ids = devices->GpuBusIds();
-    if (!bus_ids.ok()) return UsageError(bus_ids.status());
-    auto topology = ReadTopology("/sys", *bus_ids, devices->fake() ? *nproc : 0);
-    if (!topology.ok()) return UsageError(topology.status());
-    const NumaMode mode = *ParseNumaMode(c.numa_binding);
-    const std::set<int> allowed = AllowedCpus();
-    for (int lr = 0; lr < *nproc; ++lr) {
-      auto binding = BindingFor(mode, lr, *topology, allowed);
-      if (!binding.ok()) return UsageError(binding.status());
-      spdlog::info("--numa_binding {}: local rank {} on CPUs {}, memory preferred on NUMA node {}",
-                   c.numa_binding, lr, FormatCpuList(binding->cpus), binding->memory_node);
-      worker_cpus.emplace_back(binding->cpus.begin(), binding->cpus.end());
-      worker_memory_node.push_back(binding->memory_node);
-    }
-  }
+  auto numa = NumaBindings(c, *devices, *nproc, uses_gpus);
+  if (!numa.ok()) return UsageError(numa.status());
   std::string token;
   std::string token_file;
   if (auto it = c.rdzv_conf.find("token_file"); it != c.rdzv_conf.end()) {
@@ -157,27 +187,9 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
     token = *read;
     token_file = it->second;
   }
-  // TLS to the rendezvous: every node verifies it with `cacert`; a node that
-  // serves the endpoint serves it with `cert` and `key`.
-  auto conf = [&](const char* key) {
-    auto it = c.rdzv_conf.find(key);
-    return it == c.rdzv_conf.end() ? std::string() : it->second;
-  };
-  const std::string tls_ca = conf("cacert"), tls_cert = conf("cert"), tls_key = conf("key");
-  for (const auto& [key, path] : {std::pair<const char*, std::string>{"cacert", tls_ca}, {"cert", tls_cert},
-                                  {"key", tls_key}}) {
-    if (!path.empty() && access(path.c_str(), R_OK) != 0) {
-      return UsageError(absl::InvalidArgumentError(
-          absl::StrCat("--rdzv_conf ", key, ": cannot read '", path, "': ", std::strerror(errno))));
-    }
-  }
-  if (tls_cert.empty() != tls_key.empty()) {
-    return UsageError(absl::InvalidArgumentError("--rdzv_conf cert and key: both or neither"));
-  }
-  if (!tls_cert.empty() && tls_ca.empty()) {
-    return UsageError(absl::InvalidArgumentError(
-        "--rdzv_conf cert and key need cacert too (every node, this one included, verifies the server with it)"));
-  }
+  auto tls = ReadTlsConf(c.rdzv_conf);
+  if (!tls.ok()) return UsageError(tls.status());
+  const std::string &tls_ca = tls->ca, &tls_cert = tls->cert, &tls_key = tls->key;
 
   auto processes = NewRealProcessLauncher({HandledSignals(c), /*subreaper=*/true});
   if (!processes.ok()) {
@@ -231,17 +243,8 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   std::unique_ptr<rdzv::RendezvousClient> client;
   std::string endpoint;
   const bool loopback_embed = hosting.hosting == Hosting::kEmbedded;
-  // Where a served endpoint listens: the endpoint's own address when it is
-  // written as an address (or loopback); every interface when it is a name,
-  // so the others reach it at whatever the name resolves to on their side.
   const std::string bind_host =
-      loopback_embed ? "127.0.0.1"
-      : (rdzv::IsLoopbackHost(c.rdzv_endpoint.host) || IsNumericAddress(c.rdzv_endpoint.host))
-          ? c.rdzv_endpoint.host
-      : std::all_of(endpoint_addresses.begin(), endpoint_addresses.end(),
-                    [](const std::string& a) { return a.find(':') == std::string::npos; })
-          ? "0.0.0.0"
-          : "::";
+      loopback_embed ? "127.0.0.1" : BindAddress(c.rdzv_endpoint.host, endpoint_addresses);
   const int bind_port = loopback_embed ? 0 : c.rdzv_endpoint.port;
   bool serve = hosting.hosting == Hosting::kEmbedded || hosting.hosting == Hosting::kServe;
   if (hosting.hosting == Hosting::kServeIfFree) {
@@ -337,8 +340,10 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.duplicate_stdout_filters = c.duplicate_stdout_filters;
   o.duplicate_stderr_filters = c.duplicate_stderr_filters;
   o.virtual_local_rank = c.virtual_local_rank;
-  o.worker_cpus = worker_cpus;
-  o.worker_memory_node = worker_memory_node;
+  for (const Binding& b : *numa) {
+    o.worker_cpus.emplace_back(b.cpus.begin(), b.cpus.end());
+    o.worker_memory_node.push_back(b.memory_node);
+  }
   if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
     o.log_line_prefix_template = it->second;
   }

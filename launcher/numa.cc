@@ -252,6 +252,17 @@ absl::StatusOr<Binding> BindingFor(NumaMode mode, int gpu, const Topology& t, co
   return b;
 }
 
+absl::StatusOr<std::vector<Binding>> BindingsFor(NumaMode mode, int n, const Topology& topology,
+                                                 const std::set<int>& allowed) {
+  std::vector<Binding> out;
+  for (int gpu = 0; gpu < n; ++gpu) {
+    absl::StatusOr<Binding> b = BindingFor(mode, gpu, topology, allowed);
+    if (!b.ok()) return b.status();
+    out.push_back(*std::move(b));
+  }
+  return out;
+}
+
 std::set<int> AllowedCpus() {
   std::set<int> out;
   cpu_set_t set;

@@ -67,6 +67,11 @@ struct Binding {
 absl::StatusOr<Binding> BindingFor(NumaMode mode, int gpu, const Topology& topology,
                                    const std::set<int>& allowed);
 
+// The bindings of local ranks 0..n-1 (worker i uses GPU i). Errors as
+// BindingFor's.
+absl::StatusOr<std::vector<Binding>> BindingsFor(NumaMode mode, int n, const Topology& topology,
+                                                 const std::set<int>& allowed);
+
 // The launcher's own CPU affinity.
 std::set<int> AllowedCpus();
 

@@ -19,6 +19,10 @@ MASTER_ADDR, no restart spent.
    or a node id holding terminal escapes.
 6. A store flood of another run: 1 MiB values until the per-run byte
    budget refuses them; the server's RSS stays within its budget.
+7. 40 spares for the full 2:2 job (they used to be able to crowd the
+   survivors out of the next round), Leave and Close reasons of 1 MiB,
+   and 200 sockets that connect and never speak (closed by the server's
+   idle limit, here 2 s).
 
 The attacker runs on a host of the cluster (a subprocess of this file in
 that host's network namespace) and reports what it saw as JSON.
@@ -108,6 +112,57 @@ def attack(name, endpoint, token, run_id):
             if code.name != "OK":
                 break
             report["stored"] += 1
+    elif name == "spare_flood":
+        # Each spare's Join is held by the server; the client gives up after
+        # 1 s (its call is cancelled) and the spare is dropped when silent.
+        import threading
+        codes = set()
+
+        def spare(i):
+            node = pb.NodeInfo(node_id="spare-%d" % i, host="10.6.6.%d" % (i + 1), local_world_size=1,
+                               static_node_rank=-1)
+            _, c, _ = client.call("Join", pb.JoinRequest(run_id=run_id, node=node, options=pb.RunOptions(
+                min_nodes=2, max_nodes=2, keep_alive_interval_s=0.5, keep_alive_max_attempt=2)), timeout=1)
+            codes.add(c.name)
+        threads = [threading.Thread(target=spare, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        report["codes"] = sorted(codes)
+        code, details, method = None, "", None
+    elif name == "long_reasons":
+        victim = before["raw"].nodes[0].participant
+        codes = set()
+        for method, req in (("Leave", pb.LeaveRequest(run_id=run_id, node_id=victim.node_id, reason="r" * (1 << 20))),
+                            ("Close", pb.CloseRequest(run_id=run_id, reason="r" * (1 << 20)))):
+            _, code, details = client.call(method, req)
+            codes.add(code.name)
+        report["codes"] = sorted(codes)
+        method = None
+    elif name == "idle_sockets":
+        import socket
+        import time
+        host, port = endpoint.rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(200)]
+        deadline = time.monotonic() + 60
+        open_socks = list(socks)
+        while open_socks and time.monotonic() < deadline:  # bounded: the server's idle limit is 2 s
+            still = []
+            for s in open_socks:
+                s.settimeout(0.05)
+                try:
+                    if s.recv(1) != b"":
+                        still.append(s)
+                except socket.timeout:
+                    still.append(s)
+                except OSError:
+                    pass
+            open_socks = still
+        report["left_open"] = len(open_socks)
+        for s in socks:
+            s.close()
+        code, details, method = None, "", None
     elif name == "huge_unknown_run":
         n = 100000
         a = pb.Assignment(round=1, group_world_size=n, world_size=n, master_addr="6.6.6.6", master_port=1)
@@ -116,14 +171,14 @@ def attack(name, endpoint, token, run_id):
         req = pb.KeepAliveRequest(run_id="ghost-%x" % random.getrandbits(24), node_id="n0", assignment=a)
     else:
         raise ValueError(name)
-    if name != "store_flood":
+    if name not in ("store_flood", "spare_flood", "long_reasons", "idle_sockets"):
         _, code, details = client.call(method, req, timeout=30)
     after = _status(client, run_id)
     ghost = _status(client, req.run_id) if name == "huge_unknown_run" else None
     client.close()
     strip = lambda s: {k: v for k, v in s.items() if k != "raw"} if s else s
-    report.update({"code": code.name, "details": details, "before": strip(before), "after": strip(after),
-                   "ghost": strip(ghost)})
+    report.update({"code": code.name if code is not None else None, "details": details,
+                   "before": strip(before), "after": strip(after), "ghost": strip(ghost)})
     return report
 
 
@@ -143,12 +198,22 @@ class HostileClientTest(unittest.TestCase):
         with open(token_file, "w") as f:
             f.write(cls.token + "\r\n")  # CRLF: the same token for every reader
         os.chmod(token_file, 0o600)
-        cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work, extra=["--token_file", token_file])
+        cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work,
+                                     extra=["--token_file", token_file, "--max_connection_idle", "2"])
         cls.run_id = "hostile-%06x" % random.getrandbits(24)
-        conf = ["--rdzv_conf", "token_file=%s,last_call_timeout=1" % token_file]
-        cls.nodes = [jobs.Node(cls.cluster.hosts[i], cls.work, "node%d" % i, cls.server.endpoint, "2:2",
-                               run_id=cls.run_id, launcher_args=conf, train_args=TRAIN)
-                     for i in (1, 2)]
+        conf = ["--rdzv_conf", "token_file=%s,last_call_timeout=1" % token_file, "--no_python"]
+        # Each worker trains, then stays (its round standing) until the
+        # attacks are over: the test's go-ahead file.
+        cls.go = os.path.join(cls.work, "go")
+        hold = ['/bin/sh', '-c', '"$0" "$@"; rc=$?; while [ ! -e "$HOSTILE_GO" ]; do sleep 0.05; done; exit $rc']
+        cls.nodes = []
+        for i in (1, 2):
+            metrics = os.path.join(cls.work, "node%d-metrics.json" % i)
+            train = [harness.binary(jobs.TRAIN), "--checkpoint_dir", os.path.join(cls.work, "ckpt"),
+                     "--metrics_json", metrics] + TRAIN
+            cls.nodes.append(jobs.Node(cls.cluster.hosts[i], cls.work, "node%d" % i, cls.server.endpoint, "2:2",
+                                       run_id=cls.run_id, launcher_args=conf, program=hold + train,
+                                       env={"HOSTILE_GO": cls.go}))
         harness.wait_for(lambda: all(" of 4, master" in n.text() for n in cls.nodes), 120,
                          "the running job's first round")
 
@@ -157,6 +222,8 @@ class HostileClientTest(unittest.TestCase):
         if not hasattr(cls, "cluster"):
             return
         try:
+            with open(cls.go, "w") as f:
+                f.write("go\n")
             for n in cls.nodes:
                 rc = n.wait(600)
                 assert rc == 0, n.text()[-3000:]
@@ -225,6 +292,19 @@ class HostileClientTest(unittest.TestCase):
         # Its store budget (1 GiB) and gRPC's quota (512 MiB) bound it; after
         # one run's 64 MiB it is far below either.
         self.assertLess(rss_kb, 512 * 1024)
+
+    def test_spares_wait_without_touching_the_round(self):
+        report = self.run_attack("spare_flood")
+        # Each spare's held Join ends at its client's 1 s deadline.
+        self.assertEqual(report["codes"], ["DEADLINE_EXCEEDED"], report)
+
+    def test_megabyte_reasons_are_refused(self):
+        report = self.run_attack("long_reasons")
+        self.assertEqual(report["codes"], ["INVALID_ARGUMENT"], report)
+
+    def test_sockets_that_never_speak_are_closed(self):
+        report = self.run_attack("idle_sockets")
+        self.assertEqual(report["left_open"], 0, report)
 
     def test_huge_participant_list_for_an_unknown_run_is_refused(self):
         report = self.run_attack("huge_unknown_run")
