@@ -42,6 +42,10 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
                         st.run_id(), st.round(), StateName(st.state()), st.nodes_size(),
                         st.waiting_size(), ranks);
   if (!st.closed_reason().empty()) absl::StrAppendFormat(&out, "closed: %s\n", base::Printable(st.closed_reason()));
+  if (st.server_store_budget() > 0) {
+    absl::StrAppendFormat(&out, "server store: %.1f of %.1f MiB\n", st.server_store_bytes() / 1048576.0,
+                          st.server_store_budget() / 1048576.0);
+  }
   absl::StrAppendFormat(&out, "\n%-5s %-32s %-22s %-9s %-8s %s\n", "NODE", "NODE_ID", "HOST", "RANKS",
                         "RESTARTS", "KEEPALIVE_AGE");
   for (const auto& n : st.nodes()) {

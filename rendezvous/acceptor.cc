@@ -15,7 +15,9 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
 
@@ -68,16 +70,19 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Start(const std::string& hos
   return a;
 }
 
-Acceptor::~Acceptor() {
+void Acceptor::Stop() {
   if (thread_.joinable()) {
     uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
-  for (int fd : {listen_fd_, wake_fd_, reserve_fd_}) {
-    if (fd >= 0) close(fd);
+  for (int* fd : {&listen_fd_, &wake_fd_, &reserve_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
   }
 }
+
+Acceptor::~Acceptor() { Stop(); }
 
 void Acceptor::Loop() {
   absl::Time last_warning = absl::InfinitePast();
@@ -89,10 +94,22 @@ void Acceptor::Loop() {
     }
     if (fds[1].revents != 0) return;
     for (;;) {  // every connection waiting
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof(peer);
+      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        char text[INET6_ADDRSTRLEN] = {0};
+        if (peer.ss_family == AF_INET) {
+          inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr, text, sizeof(text));
+        } else if (peer.ss_family == AF_INET6) {
+          inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr, text, sizeof(text));
+        }
+        {
+          absl::MutexLock lock(&peers_mu_);
+          peers_[fd] = text;
+        }
         ++accepted_;
         serve_(fd);
         continue;
@@ -131,6 +148,15 @@ void Acceptor::Loop() {
       break;
     }
   }
+}
+
+std::string Acceptor::PeerAddress(absl::string_view grpc_peer) const {
+  absl::string_view rest = grpc_peer;
+  int fd = -1;
+  if (!absl::ConsumePrefix(&rest, "fd:") || !absl::SimpleAtoi(rest, &fd)) return "";
+  absl::MutexLock lock(&peers_mu_);
+  auto it = peers_.find(fd);
+  return it == peers_.end() ? "" : it->second;
 }
 
 int64_t RaiseFileLimit() {

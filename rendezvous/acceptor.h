@@ -18,7 +18,11 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cpptorchrun::rdzv {
 
@@ -31,7 +35,9 @@ class Acceptor {
   // when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Acceptor>> Start(const std::string& host, int port,
                                                          std::function<void(int fd)> serve);
-  // Stops accepting and closes the listening socket.
+  // Stops accepting and closes the listening socket (idempotent; the
+  // addresses of connections already handed on stay known).
+  void Stop();
   ~Acceptor();
 
   int port() const { return port_; }
@@ -39,6 +45,10 @@ class Acceptor {
   // limit. Thread-safe.
   int64_t accepted() const { return accepted_.load(); }
   int64_t shed() const { return shed_.load(); }
+  // The address (without port) of the client on descriptor `fd` as gRPC
+  // names such a connection ("fd:12"; gRPC knows no address for it); ""
+  // when unknown. Thread-safe.
+  std::string PeerAddress(absl::string_view grpc_peer) const;
 
  private:
   Acceptor() = default;
@@ -49,6 +59,8 @@ class Acceptor {
   int reserve_fd_ = -1;
   int port_ = 0;
   std::function<void(int)> serve_;
+  mutable absl::Mutex peers_mu_;
+  absl::flat_hash_map<int, std::string> peers_ ABSL_GUARDED_BY(peers_mu_);
   std::atomic<int64_t> accepted_{0};
   std::atomic<int64_t> shed_{0};
   std::thread thread_;

@@ -188,6 +188,11 @@ TEST_F(BadInputTest, StoreBytesPerRunAndReadsThatCreateNothing) {
   auto b = client->OpenStore("b", 1);
   ExpectError(b->Set("k", std::string(90, 'x')), absl::StatusCode::kResourceExhausted, "max_store_bytes");
   ASSERT_TRUE(b->Set("k", std::string(40, 'x')).ok());
+  // The server reports its store against its budget.
+  auto reported = client->RunStatus("a");
+  ASSERT_TRUE(reported.ok()) << reported.status();
+  EXPECT_EQ(reported->server_store_bytes(), 92 + 41);
+  EXPECT_EQ(reported->server_store_budget(), 150);
   // A read that does not wait leaves no run behind.
   EXPECT_EQ(client->OpenStore("ghost", 1)->Get("k", absl::ZeroDuration()).status().code(),
             absl::StatusCode::kNotFound);
@@ -233,6 +238,23 @@ TEST_F(BadInputTest, ReasonsAndPrintedIdsAreBounded) {
   ExpectError(Client()->Close("run", std::string(2000, 'r')), absl::StatusCode::kInvalidArgument,
               "max_reason_bytes");
   ExpectStillServing();
+}
+
+TEST(RunsPerClient, WithoutATokenOneClientCannotTakeEveryRun) {
+  ServerOptions options;
+  options.limits.max_runs_per_client = 2;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok());
+  ClientOptions co;
+  co.endpoint = (*server)->endpoint();
+  co.retry_budget = absl::Seconds(2);
+  auto client = NewGrpcRendezvousClient(co);
+  ASSERT_TRUE(client->OpenStore("r1", 1)->Set("k", "v").ok());
+  ASSERT_TRUE(client->OpenStore("r2", 1)->Set("k", "v").ok());
+  absl::Status third = client->OpenStore("r3", 1)->Set("k", "v");
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_TRUE(absl::StrContains(third.message(), "max_runs_per_client")) << third;
+  EXPECT_TRUE(absl::StrContains(third.message(), "client 127.0.0.1")) << third << " (the address, through the acceptor)";
 }
 
 TEST_F(BadInputTest, AddNeverWraps) {

@@ -23,6 +23,9 @@ struct Limits {
   int64_t max_store_bytes_per_run = int64_t{64} << 20;
   int64_t max_store_bytes = int64_t{1} << 30;
   int max_runs = 1000;
+  // Runs one client address may create when the server has no token
+  // (anyone who reaches the port may then call); 0: no limit.
+  int max_runs_per_client = 100;
   // Run ids: [A-Za-z0-9._-], 1..max_run_id_length characters.
   int max_run_id_length = 128;
   // Node ids and hosts: 1..max_node_id_bytes bytes.

@@ -53,6 +53,15 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   service_options.limits = options.limits;
   service_options.token = options.token;
   service_options.signing_key = options.signing_key;
+  // Filled in once the acceptor exists (plaintext ports): gRPC names the
+  // connections it is handed "fd:N", and the acceptor knows their addresses.
+  service_options.peer_address = [server_ptr = server.get()](const std::string& peer) {
+    if (server_ptr->acceptor_ != nullptr) {
+      std::string a = server_ptr->acceptor_->PeerAddress(peer);
+      if (!a.empty()) return a;
+    }
+    return std::string();
+  };
   service_options.tick = options.tick;
   service_options.idle_run_timeout = options.idle_run_timeout;
   server->service_ = std::make_unique<RendezvousService>(service_options);
@@ -120,7 +129,7 @@ void RendezvousServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  acceptor_.reset();  // no new connections
+  if (acceptor_ != nullptr) acceptor_->Stop();  // no new connections
   if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr) {  // null when Start failed to listen
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

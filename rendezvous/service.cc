@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
@@ -78,6 +79,18 @@ int64_t FirstVersion(absl::Time now) { return absl::ToUnixMicros(now); }
 
 absl::Status ShuttingDownError() {
   return absl::UnavailableError("rendezvous server shutting down");
+}
+
+// "ipv4:1.2.3.4:5678" -> "1.2.3.4", "ipv6:[::1]:5678" -> "::1"; else "".
+std::string PeerHost(const std::string& peer) {
+  absl::string_view p = peer;
+  if (!absl::ConsumePrefix(&p, "ipv4:") && !absl::ConsumePrefix(&p, "ipv6:")) return "";
+  if (absl::ConsumePrefix(&p, "[")) {
+    const size_t close = p.find(']');
+    return close == absl::string_view::npos ? "" : std::string(p.substr(0, close));
+  }
+  const size_t colon = p.rfind(':');
+  return std::string(colon == absl::string_view::npos ? p : p.substr(0, colon));
 }
 
 absl::Status UnknownRunError(const std::string& run_id) {
@@ -189,6 +202,14 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
       spdlog::info("run '{}' (store calls only) forgotten to make room for run '{}'", evicted, run_id);
     }
   }
+  // Without a token anyone who reaches the port may create runs: one
+  // client may not take more than its share.
+  const bool per_client = options_.token.empty() && options_.limits.max_runs_per_client > 0 && !caller_.empty();
+  if (per_client && runs_by_client_[caller_] >= options_.limits.max_runs_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "client ", caller_, " created ", runs_by_client_[caller_], " runs; without a token the limit per client "
+        "(max_runs_per_client) is ", options_.limits.max_runs_per_client, "; run '", run_id, "' cannot be created"));
+  }
   if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds its limit of ", options_.limits.max_runs,
@@ -197,6 +218,10 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   auto run = std::make_unique<Run>();
   run->state.run_id = run_id;
   run->last_activity = options_.clock->Now();
+  if (per_client) {
+    run->creator = caller_;
+    ++runs_by_client_[caller_];
+  }
   Run* raw = run.get();
   runs_[run_id] = std::move(run);
   return raw;
@@ -239,7 +264,12 @@ void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status&
     Release(held);
     finishes->emplace_back(held, status);
   }
-  if (auto it = runs_.find(run_id); it != runs_.end()) store_bytes_ -= it->second->bytes;
+  if (auto it = runs_.find(run_id); it != runs_.end()) {
+    store_bytes_ -= it->second->bytes;
+    if (!it->second->creator.empty() && --runs_by_client_[it->second->creator] <= 0) {
+      runs_by_client_.erase(it->second->creator);
+    }
+  }
   runs_.erase(run_id);
   signer_.Forget(run_id);
 }
@@ -565,8 +595,12 @@ grpc::ServerUnaryReactor* RendezvousService::Serve(grpc::CallbackServerContext* 
   if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
   if (absl::Status s = Check(request, options_.limits); !s.ok()) return Answer(ctx, s);
   Finishes finishes;
+  const std::string peer = ctx->peer();
+  std::string caller = options_.peer_address ? options_.peer_address(peer) : std::string();
+  if (caller.empty()) caller = PeerHost(peer);
   auto result = [&] {
     absl::MutexLock lock(&mu_);
+    caller_ = std::move(caller);
     return body(&finishes);
   }();
   FinishAll(&finishes);
@@ -841,6 +875,8 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
   *response->mutable_options() = RoundOptionsToProto(state.options);
   response->set_round(state.active_round);
   response->set_version(state.version);
+  response->set_server_store_bytes(store_bytes_);
+  response->set_server_store_budget(options_.limits.max_store_bytes);
   response->set_closed_reason(state.closed_reason);
   response->set_state(state.closed                                      ? v1::RunStatusResponse::CLOSED
                       : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE

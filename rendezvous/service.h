@@ -12,6 +12,7 @@
 #define CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -49,6 +50,10 @@ struct ServiceOptions {
   // Closed run ids remembered (so later Joins fail naming them) beyond the
   // runs themselves; the oldest are forgotten first.
   int max_closed_runs_remembered = 10000;
+  // The client's address (without port) for a call's gRPC peer string;
+  // unset: what gRPC says ("ipv4:1.2.3.4:5" -> "1.2.3.4"). The server sets
+  // it to its acceptor's (which knows the addresses gRPC does not).
+  std::function<std::string(const std::string& peer)> peer_address;
   // A run that no call has touched for this long, and that holds no call,
   // is forgotten (its agents are gone without closing it).
   absl::Duration idle_run_timeout = absl::Hours(1);
@@ -124,6 +129,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     std::map<int64_t, Scope> scopes;
     int64_t keys = 0;
     int64_t bytes = 0;  // keys' and values' sizes in its scopes
+    std::string creator;  // the client address that created it (for max_runs_per_client)
     // Last call that touched the run, and calls held for it now.
     absl::Time last_activity;
     int held_calls = 0;
@@ -231,6 +237,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool timer_stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
   int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Without a token: runs created per client address, and the address of
+  // the call being served (set by Serve under mu_).
+  absl::flat_hash_map<std::string, int> runs_by_client_ ABSL_GUARDED_BY(mu_);
+  std::string caller_ ABSL_GUARDED_BY(mu_);
   // Closed runs forgotten after close_timeout: id -> reason, and their order.
   absl::flat_hash_map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closed_order_ ABSL_GUARDED_BY(mu_);
