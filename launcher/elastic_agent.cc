@@ -460,6 +460,16 @@ AgentResult ElasticAgent::Run() {
       spdlog::info("restart ({}) took {:.3f} s in the launcher: stop {:.3f} s, rendezvous {:.3f} s, start {:.3f} s",
                    r.cause, s(started - r.detected), s(r.stopped - r.detected), s(r.joined - r.stopped),
                    s(started - r.joined));
+      if (o_.progress != nullptr) {
+        rdzv::v1::RestartPhases phases;
+        phases.set_cause(r.cause);
+        phases.set_round(a.round());
+        phases.set_total_s(s(started - r.detected));
+        phases.set_detected_to_stopped_s(s(r.stopped - r.detected));
+        phases.set_stopped_to_joined_s(s(r.joined - r.stopped));
+        phases.set_joined_to_started_s(s(started - r.joined));
+        o_.progress->SetLastRestart(phases);
+      }
       restart_.reset();
     }
     ++attempt;

@@ -137,6 +137,11 @@ TEST_F(AgentTest, EventsOfARestartAddUpPhaseByPhase) {
   EXPECT_NEAR(sum, total, 1e-6) << "the phases add up to the total";
   const auto finished = events_.events().back().second;
   EXPECT_EQ(std::get<int64_t>(finished[0].second), 0);
+  // The keep-alives carry the same breakdown (through the progress board).
+  auto last = board_.LastRestart();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->cause(), "worker_failed");
+  EXPECT_NEAR(last->total_s(), total, 1e-6);
 }
 
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {

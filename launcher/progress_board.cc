@@ -59,4 +59,14 @@ bool ProgressBoard::Finished(int local_rank) const {
   return it != reports_.end() && it->second.finished;
 }
 
+void ProgressBoard::SetLastRestart(const rdzv::v1::RestartPhases& phases) {
+  absl::MutexLock lock(&mu_);
+  last_restart_ = phases;
+}
+
+std::optional<rdzv::v1::RestartPhases> ProgressBoard::LastRestart() const {
+  absl::MutexLock lock(&mu_);
+  return last_restart_;
+}
+
 }  // namespace cpptorchrun::launcher

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/rendezvous.pb.h"
 #include "rendezvous/clock.h"
 
 namespace cpptorchrun::launcher {
@@ -49,6 +50,9 @@ class ProgressBoard {
   bool RecordEvent(int local_rank, int64_t pid, Event event, int64_t step);
 
   std::vector<RankReport> Snapshot() const;
+  // This node's last restart (the agent sets it; the keep-alive carries it).
+  void SetLastRestart(const rdzv::v1::RestartPhases& phases);
+  std::optional<rdzv::v1::RestartPhases> LastRestart() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
   bool Finished(int local_rank) const;
   rdzv::Clock* clock() const { return clock_; }
@@ -58,6 +62,7 @@ class ProgressBoard {
   mutable absl::Mutex mu_;
   std::vector<int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::optional<rdzv::v1::RestartPhases> last_restart_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cpptorchrun::launcher

@@ -38,6 +38,10 @@ TEST(RoundMonitor, KeepAlivesCarryProgress) {
   r.step = 12;
   r.loss = 0.25;
   ASSERT_TRUE(board.Heartbeat(r));
+  rdzv::v1::RestartPhases phases;
+  phases.set_cause("worker_failed");
+  phases.set_total_s(0.25);
+  board.SetLastRestart(phases);
   auto monitor = NewRoundMonitor(Options(&client, &board, absl::Milliseconds(20)));
   monitor->Start(Round(client), /*restart_count=*/2, [] {});
   ASSERT_TRUE(client.WaitForKeepAlives(3, absl::Seconds(30)));
@@ -50,6 +54,9 @@ TEST(RoundMonitor, KeepAlivesCarryProgress) {
   EXPECT_EQ(kas[0].progress(0).step(), 12);
   EXPECT_DOUBLE_EQ(kas[0].progress(0).loss(), 0.25);
   EXPECT_GE(kas[0].progress(0).heartbeat_age_ms(), 0);
+  // And the node's last restart, for `cpptorchrun status`.
+  EXPECT_EQ(kas[0].last_restart().cause(), "worker_failed");
+  EXPECT_DOUBLE_EQ(kas[0].last_restart().total_s(), 0.25);
   EXPECT_FALSE(monitor->Poll().ended);
 }
 

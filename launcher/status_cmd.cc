@@ -70,6 +70,20 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
                             Age(r.heartbeat_age_ms()));
     }
   }
+  // Each node's last restart, where its launcher's time went.
+  bool header = false;
+  for (const auto& n : st.nodes()) {
+    if (!n.has_last_restart() || n.last_restart().cause().empty()) continue;
+    if (!header) {
+      absl::StrAppendFormat(&out, "\n%-5s %-14s %-6s %-9s %-9s %-11s %s\n", "NODE", "LAST_RESTART", "ROUND",
+                            "TOTAL_S", "STOP_S", "RENDEZVOUS_S", "START_S");
+      header = true;
+    }
+    const auto& r = n.last_restart();
+    absl::StrAppendFormat(&out, "%-5d %-14s %-6d %-9.3f %-9.3f %-11.3f %.3f\n", n.participant().group_rank(),
+                          base::Printable(r.cause()), r.round(), r.total_s(), r.detected_to_stopped_s(),
+                          r.stopped_to_joined_s(), r.joined_to_started_s());
+  }
   return out;
 }
 

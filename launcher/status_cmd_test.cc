@@ -8,6 +8,7 @@ namespace cpptorchrun::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(StatusTable, NodesAndRanks) {
   rdzv::v1::RunStatusResponse st;
@@ -41,6 +42,21 @@ TEST(StatusTable, NodesAndRanks) {
   EXPECT_THAT(t, HasSubstr("0.2s"));
   EXPECT_THAT(t, HasSubstr("1.5s"));
   EXPECT_THAT(t, HasSubstr("hostc-1-cd"));
+  EXPECT_THAT(t, Not(HasSubstr("LAST_RESTART"))) << "no restart, no table";
+  // A node's last restart, phase by phase.
+  auto* last = n->mutable_last_restart();
+  last->set_cause("worker_failed");
+  last->set_round(3);
+  last->set_total_s(0.25);
+  last->set_detected_to_stopped_s(0.05);
+  last->set_stopped_to_joined_s(0.125);
+  last->set_joined_to_started_s(0.075);
+  st.set_server_store_bytes(1 << 20);
+  st.set_server_store_budget(1 << 30);
+  t = FormatStatusTable(st);
+  EXPECT_THAT(t, HasSubstr("LAST_RESTART"));
+  EXPECT_THAT(t, ::testing::ContainsRegex("1 +worker_failed +3 +0\\.250 +0\\.050 +0\\.125 +0\\.075"));
+  EXPECT_THAT(t, HasSubstr("server store: 1.0 of 1024.0 MiB"));
 }
 
 }  // namespace

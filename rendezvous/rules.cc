@@ -626,6 +626,7 @@ v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAlive
     // One row per local rank at most: a node reports its own workers.
     const int rows = std::min(request.progress_size(), std::max(0, p.node.local_world_size()));
     p.progress.assign(request.progress().begin(), request.progress().begin() + rows);
+    if (request.has_last_restart()) p.last_restart = request.last_restart();
   }
   auto joiner = state->joiner_index.find(id);
   if (joiner != state->joiner_index.end()) state->joiners[joiner->second].last_heard = now;

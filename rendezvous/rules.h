@@ -79,6 +79,7 @@ struct ParticipantState {
   absl::Time last_heard;
   int32_t restart_count = 0;
   std::vector<v1::RankProgress> progress;
+  v1::RestartPhases last_restart;  // from its keep-alives
 };
 
 struct RunState {

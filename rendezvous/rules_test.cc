@@ -477,6 +477,18 @@ TEST(ReRegister, RecreatesTheRoundFromAnAssignment) {
   EXPECT_EQ(FindDeadParticipants(kT0 + absl::Minutes(1) + absl::Seconds(16), fresh).size(), 3u);
 }
 
+TEST(ApplyKeepAlive, KeepsTheNodesLastRestart) {
+  RunState s = ActiveRun(1, 1, {"a"});
+  v1::KeepAliveRequest ka = KeepAliveOf(s, "a");
+  ka.mutable_last_restart()->set_cause("worker_failed");
+  ka.mutable_last_restart()->set_total_s(0.5);
+  ApplyKeepAlive(kT0, &s, ka);
+  EXPECT_EQ(s.participants[0].last_restart.cause(), "worker_failed");
+  EXPECT_EQ(s.participants[0].last_restart.total_s(), 0.5);
+  ApplyKeepAlive(kT0, &s, KeepAliveOf(s, "a"));  // a keep-alive without one keeps it
+  EXPECT_EQ(s.participants[0].last_restart.total_s(), 0.5);
+}
+
 TEST(ApplyKeepAlive, KeepsAtMostOneProgressRowPerLocalRank) {
   RunState s = ActiveRun(1, 1, {"a"});  // local_world_size 2
   v1::KeepAliveRequest ka = KeepAliveOf(s, "a");

@@ -887,6 +887,7 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
     node->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - p.last_heard));
     node->set_restart_count(p.restart_count);
     for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
+    if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
   }
   for (const Joiner& j : state.joiners) *response->add_waiting() = j.node;
   for (const Joiner& j : state.spares) *response->add_waiting() = j.node;

@@ -472,12 +472,14 @@ TEST_F(ServiceTest, RunStatusReportsParticipantsAndProgress) {
   p->set_rank(0);
   p->set_step(42);
   ka.set_restart_count(2);
+  ka.mutable_last_restart()->set_cause("membership");
   ASSERT_TRUE(Client()->KeepAlive(ka).ok());
   auto status = Client()->RunStatus("run");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), v1::RunStatusResponse::ACTIVE);
   ASSERT_EQ(status->nodes_size(), 1);
   EXPECT_EQ(status->nodes(0).restart_count(), 2);
+  EXPECT_EQ(status->nodes(0).last_restart().cause(), "membership") << "RunStatus shows the node's last restart";
   ASSERT_EQ(status->nodes(0).progress_size(), 1);
   EXPECT_EQ(status->nodes(0).progress(0).step(), 42);
   EXPECT_EQ(Client()->RunStatus("nobody").status().code(), absl::StatusCode::kNotFound);
