@@ -372,7 +372,9 @@ TEST_F(AgentTest, RoundEndDuringTheExitBarrierRejoins) {
     // While the first group waits in the barrier, another node restarts.
     if (++starts == 2) p.CallAt(s.time + absl::Seconds(3), [this] { monitor_.End("node 1 rejoined", false); });
     // In the next round the other node (group rank 1) finishes too.
-    if (starts == 3) ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/1", "1").ok());
+    if (starts == 3) {
+      ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/1", "1").ok());
+    }
   };
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 0);

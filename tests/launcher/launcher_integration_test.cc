@@ -387,7 +387,9 @@ TEST_F(LauncherTest, LogFilesLayoutRedirectsAndTee) {
       EXPECT_TRUE(Exists(base + "stdout.log")) << base;
       EXPECT_TRUE(Exists(base + "stderr.log")) << base;
       // Attempt 0 may be stopped before a worker printed; attempt 1 runs to the end.
-      if (attempt == 1) EXPECT_EQ(ReadFile(base + "stdout.log"), "hello-out\n") << base;
+      if (attempt == 1) {
+        EXPECT_EQ(ReadFile(base + "stdout.log"), "hello-out\n") << base;
+      }
     }
   }
   // The event log beside them: the failure, the restart and its phases, the end.
