@@ -82,6 +82,15 @@ class Node:
         """Pids of this node's workers (children of the launcher)."""
         return children(self.proc.pid)
 
+    def events(self):
+        """This launcher's event log (launcher/event_log.h), from the log
+        folder it named: a list of dicts, in order."""
+        m = re.search(r"worker logs: (\S+)", self.text())
+        if not m:
+            raise AssertionError("%s named no log folder:\n%s" % (self.name, self.text()[-3000:]))
+        with open(os.path.join(m.group(1), "events.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
 
 def node_log_folders(work, run_id):
     """The launchers' folders in the scenario's shared --log_dir:
