@@ -66,6 +66,9 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Start(const std::string& hos
                                       : ntohs(reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
   a->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   a->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (a->wake_fd_ < 0 || a->reserve_fd_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("acceptor: no descriptor to spare: ", strerror(errno)));
+  }
   a->thread_ = std::thread([p = a.get()] { p->Loop(); });
   return a;
 }

@@ -90,8 +90,8 @@ absl::Status ValidateNodeInfo(const v1::NodeInfo& node, const Limits& limits) {
 
 absl::Status ValidateScope(const v1::Scope& scope, const Limits& limits) {
   if (absl::Status s = ValidateRunId(scope.run_id(), limits); !s.ok()) return s;
-  if (scope.round() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("scope round must be >= 0, got ", scope.round()));
+  if (scope.round() < 0 || scope.round() > (int64_t{1} << 60)) {
+    return absl::InvalidArgumentError(absl::StrCat("scope round must be in 0..2^60, got ", scope.round()));
   }
   return absl::OkStatus();
 }

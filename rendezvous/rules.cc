@@ -478,11 +478,11 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
                                                    "' is not below max_nodes ",
                                                    state->options.max_nodes));
   }
-  if (last_round < 0 || last_round > kMaxRound) {
+  if (last_round < 0 || last_round > kMaxLastRound) {
     return absl::InvalidArgumentError(absl::StrCat("last_round ", last_round, " of node '", node.node_id(),
-                                                   "' is outside 0..", kMaxRound));
+                                                   "' is outside 0..", kMaxLastRound));
   }
-  state->highest_round = std::max(state->highest_round, last_round);
+  state->highest_round = std::max(state->highest_round, std::min(last_round, kMaxRound - 1));
   const std::string& id = node.node_id();
   JoinResult result;
 

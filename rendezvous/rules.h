@@ -40,6 +40,11 @@ inline constexpr int kDefaultKeepAliveMaxAttempt = 3;
 // assignment's round): far beyond any job's life, and far enough below
 // INT64_MAX that "+ 1" never wraps.
 inline constexpr int64_t kMaxRound = int64_t{1} << 53;
+// The largest last_round a Join may carry (agents report rounds the server
+// numbered, which may pass kMaxRound by a few); a last_round raises the run's
+// round counter only up to kMaxRound - 1, so no Join can push the numbering
+// to where the agents' own re-Joins would be refused.
+inline constexpr int64_t kMaxLastRound = int64_t{1} << 60;
 
 // RunOptions with defaults filled in and durations typed.
 struct RoundOptions {

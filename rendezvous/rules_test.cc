@@ -136,15 +136,19 @@ TEST(AssignRanks, AWorldSizeBeyondInt32IsRefusedNotWrapped) {
 
 TEST(ApplyJoin, ALastRoundBeyondTheLimitIsRefusedAndChangesNothing) {
   RunState s = NewRun("run", Options(1, 2));
-  for (int64_t bad : {std::numeric_limits<int64_t>::max(), kMaxRound + 1, int64_t{-1}}) {
+  for (int64_t bad : {std::numeric_limits<int64_t>::max(), kMaxLastRound + 1, int64_t{-1}}) {
     auto r = ApplyJoin(kT0, &s, Node("a"), s.options, bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("last_round"), std::string::npos);
   }
   EXPECT_EQ(s.highest_round, 0);
-  ASSERT_TRUE(ApplyJoin(kT0, &s, Node("a"), s.options, kMaxRound - 5).ok());
+  // A huge (but accepted) last_round cannot push the numbering past where
+  // the agents' own re-Joins (last_round = the round they were given) pass.
+  ASSERT_TRUE(ApplyJoin(kT0, &s, Node("a"), s.options, kMaxLastRound).ok());
   EXPECT_GT(s.forming_round, 0) << "round numbers stay positive";
+  EXPECT_LE(s.forming_round, kMaxRound);
+  ASSERT_TRUE(ApplyJoin(kT0, &s, Node("b"), s.options, s.forming_round).ok()) << "a re-Join still passes";
 }
 
 TEST(AssignRanks, SurvivorsKeepRelativeOrderBeforeNewcomers) {

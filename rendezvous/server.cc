@@ -56,10 +56,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   // Filled in once the acceptor exists (plaintext ports): gRPC names the
   // connections it is handed "fd:N", and the acceptor knows their addresses.
   service_options.peer_address = [server_ptr = server.get()](const std::string& peer) {
-    if (server_ptr->acceptor_ != nullptr) {
-      std::string a = server_ptr->acceptor_->PeerAddress(peer);
-      if (!a.empty()) return a;
-    }
+    if (Acceptor* acceptor = server_ptr->acceptor_view_.load(); acceptor != nullptr) return acceptor->PeerAddress(peer);
     return std::string();
   };
   service_options.tick = options.tick;
@@ -108,6 +105,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
       return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", acceptor.status().message()));
     }
     server->acceptor_ = std::move(*acceptor);
+    server->acceptor_view_.store(server->acceptor_.get());
     server->port_ = server->acceptor_->port();
   }
   server->service_->StartTimer();

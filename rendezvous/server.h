@@ -4,6 +4,7 @@
 #ifndef CPPTORCHRUN_RENDEZVOUS_SERVER_H_
 #define CPPTORCHRUN_RENDEZVOUS_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,9 @@ class RendezvousServer {
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Acceptor> acceptor_;  // plaintext ports
+  // What gRPC's threads read (the peer_address lambda): set once the
+  // acceptor exists, before it can matter to any call's limit.
+  std::atomic<Acceptor*> acceptor_view_{nullptr};
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

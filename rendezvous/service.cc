@@ -184,6 +184,19 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
     return it->second.get();
   }
   if (closed_.contains(run_id)) return ClosedRunError(run_id);
+  // Without a token anyone who reaches the port may create runs: one
+  // client may not take more than its share (checked before anything of
+  // anyone else's is evicted for it).
+  const bool per_client = options_.token.empty() && options_.limits.max_runs_per_client > 0 && !caller_.empty();
+  if (per_client) {
+    auto mine = runs_by_client_.find(caller_);
+    if (mine != runs_by_client_.end() && mine->second >= options_.limits.max_runs_per_client) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "client ", caller_, " created ", mine->second, " runs; without a token the limit per client "
+          "(max_runs_per_client) is ", options_.limits.max_runs_per_client, "; run '", run_id,
+          "' cannot be created"));
+    }
+  }
   if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
     // Runs known only from store calls, holding no call (cheap to make:
     // a Set is enough) give way, the least recently used first, so they
@@ -201,14 +214,6 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
       DeleteRun(evicted, grpc::Status(grpc::StatusCode::UNAVAILABLE, "run forgotten"), &none);
       spdlog::info("run '{}' (store calls only) forgotten to make room for run '{}'", evicted, run_id);
     }
-  }
-  // Without a token anyone who reaches the port may create runs: one
-  // client may not take more than its share.
-  const bool per_client = options_.token.empty() && options_.limits.max_runs_per_client > 0 && !caller_.empty();
-  if (per_client && runs_by_client_[caller_] >= options_.limits.max_runs_per_client) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "client ", caller_, " created ", runs_by_client_[caller_], " runs; without a token the limit per client "
-        "(max_runs_per_client) is ", options_.limits.max_runs_per_client, "; run '", run_id, "' cannot be created"));
   }
   if (static_cast<int>(runs_.size()) >= options_.limits.max_runs) {
     return absl::ResourceExhaustedError(
@@ -285,7 +290,11 @@ void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
     for (auto& [key, list] : it->second.waiting) {
       readers.insert(readers.end(), list.begin(), list.end());
     }
+    // Out of the scope's lists first: Release must not touch (or drop) the
+    // scope this loop is about to erase.
+    it->second.waiting.clear();
     for (Held* held : readers) {
+      held->waiting_on.clear();
       Release(held);
       finishes->emplace_back(
           held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -1123,6 +1132,7 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
     }
     value += request->delta();
     if (absl::Status put = PutKey(*at, request->key(), absl::StrCat(value), finishes); !put.ok()) {
+      DropIfEmpty(at->run, request->scope().round());
       return put;
     }
     response->set_value(value);
@@ -1143,9 +1153,11 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
     if (!match) {
       response->set_swapped(false);
       if (present) response->set_value(it->second);
+      DropIfEmpty(at->run, request->scope().round());
       return absl::OkStatus();
     }
     if (absl::Status put = PutKey(*at, request->key(), request->desired(), finishes); !put.ok()) {
+      DropIfEmpty(at->run, request->scope().round());
       return put;
     }
     response->set_swapped(true);

@@ -516,6 +516,28 @@ TEST_F(ServiceTest, StoreCallsBeforeTheKeepAliveDoNotEndTheRoundAfterARestart) {
   EXPECT_EQ(*Client()->OpenStore("run", 1)->Get("gloo/addr/0", absl::ZeroDuration()), "x");
 }
 
+TEST_F(ServiceTest, AReaderWaitingInAnEmptyOldScopeIsAnsweredWhenItIsDropped) {
+  // A Get held on a key nobody sets, in a round's scope that holds no key,
+  // while two later rounds complete (which drops that scope): the reader is
+  // answered, and the server goes on (this once freed the scope twice).
+  Conf conf{.min_nodes = 1, .max_nodes = 1};
+  auto r1 = JoinAll("run", {"a"}, conf);
+  ASSERT_TRUE(r1[0].ok());
+  auto reader = std::async(std::launch::async, [&] {
+    return Client()->OpenStore("run", 1)->Get("never", absl::Seconds(20));
+  });
+  for (int i = 0; i < 2000 && server_->service()->HeldCalls() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));  // polling a condition, bounded
+  }
+  auto r2 = JoinAll("run", {"a"}, conf, 1);
+  ASSERT_TRUE(r2[0].ok());
+  auto r3 = JoinAll("run", {"a"}, conf, 2);
+  ASSERT_TRUE(r3[0].ok()) << r3[0].status();
+  auto got = reader.get();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+  EXPECT_TRUE(Client()->OpenStore("run", 3)->Set("k", "v").ok()) << "the server still serves";
+}
+
 TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
   Conf conf{.min_nodes = 2, .max_nodes = 2};
   auto first = JoinAll("run", {"a", "b"}, conf);

@@ -279,6 +279,8 @@ class HostileClientTest(unittest.TestCase):
             report = self.run_attack(attack)
             self.assertEqual(report["code"], "INVALID_ARGUMENT", report)
             self.assertIn(says, report["details"])
+        # (last_round 2^63-1 is beyond kMaxLastRound; smaller huge values are
+        # accepted but cannot push the numbering out of reach: rules_test.)
         self.assertNotIn("owned", self.server.text(), "no escape sequence reached the server's log")
 
     def test_store_flood_stops_at_the_run_budget_and_the_server_stays_small(self):
