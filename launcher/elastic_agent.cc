@@ -2,12 +2,15 @@
 #include "launcher/elastic_agent.h"
 
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -50,7 +53,23 @@ std::string ExpandLinePrefix(const std::string& templ, const std::string& role, 
                                  {"$rank", absl::StrCat(rank)}});
 }
 
-ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)) { host_ = o_.node.host(); }
+namespace {
+// 32 random bytes from the kernel, hex: this agent's JoinRequest.node_secret.
+std::string NewNodeSecret() {
+  unsigned char bytes[32] = {};
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    else if (errno != EINTR) break;
+  }
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), got));
+}
+}  // namespace
+
+ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
+  host_ = o_.node.host();
+}
 
 bool ElasticAgent::IsStopSignal(int signo) const {
   return std::find(o_.stop_signals.begin(), o_.stop_signals.end(), signo) != o_.stop_signals.end();
@@ -393,6 +412,7 @@ AgentResult ElasticAgent::Run() {
     *req.mutable_node() = o_.node;
     *req.mutable_options() = o_.run_options;
     req.set_last_round(last_round);
+    req.set_node_secret(node_secret_);
     if (o_.fixed_master_port > 0) {
       req.mutable_node()->set_free_port(o_.fixed_master_port);
     } else {

@@ -160,6 +160,8 @@ class ElasticAgent {
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;
+  // This agent's JoinRequest.node_secret: the same on every Join of its run.
+  const std::string node_secret_;
   std::vector<Worker> workers_;
   int exit_sequence_ = 0;
   std::string host_;

@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include <openssl/crypto.h>
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::rdzv {
@@ -529,6 +530,10 @@ absl::Status CheckBatchSize(int size, absl::string_view what, const Limits& limi
 // The checks of each request that need no state: InvalidArgument (or
 // ResourceExhausted for a value) naming what was wrong.
 absl::Status Check(const v1::JoinRequest& r, const Limits& l) {
+  if (r.node_secret().size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_secret of ", r.node_secret().size(), " bytes; the limit is 256"));
+  }
   return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
 }
 absl::Status Check(const v1::KeepAliveRequest& r, const Limits& l) {
@@ -630,6 +635,43 @@ absl::Status RendezvousService::SparesFull(const Run& run, const std::string& no
                    options_.limits.max_nodes_per_run));
 }
 
+absl::Status RendezvousService::CheckNodeSecret(Run* run, const std::string& node_id,
+                                                const std::string& secret) {
+  auto known = run->node_secrets.find(node_id);
+  if (known != run->node_secrets.end()) {
+    if (known->second.size() == secret.size() &&
+        CRYPTO_memcmp(known->second.data(), secret.data(), secret.size()) == 0) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "run '", run->state.run_id, "': node '", node_id,
+        "' joined this run with another node_secret; a Join in its name must carry the same one"));
+  }
+  const RunState& state = run->state;
+  const size_t bound = 3 * static_cast<size_t>(options_.limits.max_nodes_per_run);
+  if (run->node_secrets.size() >= bound) {
+    // Forget the ids no longer in the run (not a participant, joiner or spare).
+    for (auto it = run->node_secrets.begin(); it != run->node_secrets.end();) {
+      const std::string& id = it->first;
+      const bool gone = !state.participant_index.contains(id) && !state.joiner_index.contains(id) &&
+                        std::none_of(state.spares.begin(), state.spares.end(),
+                                     [&](const Joiner& s) { return s.node.node_id() == id; });
+      if (gone) {
+        run->node_secrets.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (run->node_secrets.size() >= bound) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "run '", state.run_id, "' holds ", run->node_secrets.size(),
+        " node ids in it; the limit is 3 x max_nodes_per_run"));
+  }
+  run->node_secrets.emplace(node_id, secret);
+  return absl::OkStatus();
+}
+
 void RendezvousService::Form(Run* run, const RoundOptions& round_options, absl::Time now) {
   if (run->formed) return;
   run->state = NewRun(run->state.run_id, round_options);
@@ -660,6 +702,9 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     const std::string& node_id = request->node().node_id();
     if (absl::Status full = SparesFull(**found, node_id); !full.ok()) return full;
     Run* run = *found;
+    if (absl::Status secret = CheckNodeSecret(run, node_id, request->node_secret()); !secret.ok()) {
+      return secret;
+    }
     Form(run, *round_options, now);
     auto previous = run->joins.find(node_id);
     if (previous != run->joins.end()) AnswerJoin(run, previous->second, finishes);

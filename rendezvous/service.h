@@ -137,6 +137,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     // (its key is not durable and it had no active round of the run): its
     // keep-alives are trusted unverified until the next round (0: none).
     int64_t unsigned_round = 0;
+    // Each node id's JoinRequest.node_secret, from its first Join (bounded:
+    // ids no longer in the run are forgotten when it is full).
+    absl::flat_hash_map<std::string, std::string> node_secrets;
     // What was last logged about the rounds (logged on change only).
     int64_t logged_round = 0;
     bool logged_ended = true;
@@ -225,6 +228,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void TimerLoop();
   // ResourceExhausted when the run's spares are at max_nodes_per_run and
   // `node_id` is not one of them.
+  // Refuses a Join in `node_id`'s name with another secret than its first;
+  // records the first.
+  absl::Status CheckNodeSecret(Run* run, const std::string& node_id, const std::string& secret);
   absl::Status SparesFull(const Run& run, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FillRunStatus(const v1::RunStatusRequest& request,

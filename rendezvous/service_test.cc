@@ -538,6 +538,42 @@ TEST_F(ServiceTest, AReaderWaitingInAnEmptyOldScopeIsAnsweredWhenItIsDropped) {
   EXPECT_TRUE(Client()->OpenStore("run", 3)->Set("k", "v").ok()) << "the server still serves";
 }
 
+TEST_F(ServiceTest, AJoinInAParticipantsNameNeedsItsNodeSecret) {
+  // "a" and "b" join with their secrets; a Join in a's name with another
+  // secret is neither handed a's assignment (a lost-answer repeat) nor ends
+  // the round; with a's own secret it gets the assignment again.
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
+  std::vector<std::future<absl::StatusOr<v1::Assignment>>> futures;
+  for (const char* node : {"a", "b"}) {
+    futures.push_back(std::async(std::launch::async, [this, node, conf] {
+      v1::JoinRequest r = Request("run", node, conf);
+      r.set_node_secret(absl::StrCat("secret of ", node));
+      return Client()->Join(r);
+    }));
+  }
+  auto a = futures[0].get();
+  auto b = futures[1].get();
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  for (int64_t last_round : {int64_t{0}, a->round()}) {
+    v1::JoinRequest forged = Request("run", "a", conf, last_round);
+    forged.set_node_secret("guess");
+    auto got = Client()->Join(forged);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied) << got.status();
+    EXPECT_NE(got.status().message().find("node_secret"), std::string::npos) << got.status();
+  }
+  v1::JoinRequest empty = Request("run", "a", conf);  // no secret at all
+  EXPECT_EQ(Client()->Join(empty).status().code(), absl::StatusCode::kPermissionDenied);
+  v1::JoinRequest own = Request("run", "a", conf, 0);
+  own.set_node_secret("secret of a");
+  auto again = Client()->Join(own);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->round(), a->round()) << "the round still stands";
+  EXPECT_EQ(again->signature(), a->signature());
+  v1::JoinRequest huge = Request("run", "c", conf);
+  huge.set_node_secret(std::string(257, 'x'));
+  EXPECT_EQ(Client()->Join(huge).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ServiceTest, AgentsReRegisterAfterAServerRestart) {
   Conf conf{.min_nodes = 2, .max_nodes = 2};
   auto first = JoinAll("run", {"a", "b"}, conf);

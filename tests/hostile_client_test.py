@@ -93,6 +93,17 @@ def attack(name, endpoint, token, run_id):
         victim = before["raw"].nodes[0].participant
         method = "Close"
         req = pb.CloseRequest(run_id=run_id, reason="forged", node_id=victim.node_id, proof=b"\1" * 32)
+    elif name in ("join_as_participant", "rejoin_as_participant"):
+        # A Join in a participant's name: below the active round it would be
+        # the lost-answer repeat (handing out the node's assignment and
+        # signature); at it, a re-join that ends the round.
+        victim = before["raw"].nodes[0].participant
+        node = pb.NodeInfo(node_id=victim.node_id, host="10.6.6.6", local_world_size=victim.local_world_size,
+                           static_node_rank=-1)
+        last_round = 0 if name == "join_as_participant" else before["round"]
+        method = "Join"
+        req = pb.JoinRequest(run_id=run_id, node=node, options=pb.RunOptions(min_nodes=2, max_nodes=2),
+                             last_round=last_round, node_secret=b"a guess")
     elif name in ("overflow_join", "huge_world", "escape_node"):
         node = pb.NodeInfo(node_id="mallory", host="10.6.6.6", local_world_size=1, static_node_rank=-1)
         last_round = 2 ** 63 - 1 if name == "overflow_join" else 0
@@ -272,6 +283,12 @@ class HostileClientTest(unittest.TestCase):
     def test_close_without_a_participants_signature_is_refused(self):
         report = self.run_attack("forged_close")
         self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+
+    def test_join_in_a_participants_name_is_refused(self):
+        for attack in ("join_as_participant", "rejoin_as_participant"):
+            report = self.run_attack(attack)
+            self.assertEqual(report["code"], "PERMISSION_DENIED", report)
+            self.assertIn("node_secret", report["details"])
 
     def test_joins_with_overflowing_or_unprintable_fields_are_refused(self):
         for attack, says in (("overflow_join", "last_round"), ("huge_world", "max_local_world_size"),
