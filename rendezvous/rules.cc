@@ -289,6 +289,11 @@ std::vector<std::string> FindDeadParticipants(absl::Time now, const RunState& st
   return dead;
 }
 
+bool IsSpare(const RunState& state, const std::string& node_id) {
+  return std::any_of(state.spares.begin(), state.spares.end(),
+                     [&](const Joiner& s) { return s.node.node_id() == node_id; });
+}
+
 bool NewcomerEndsRound(const RunState& state) {
   return StandingRound(state) &&
          static_cast<int>(state.participants.size()) < state.options.max_nodes;

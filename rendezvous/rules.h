@@ -161,6 +161,9 @@ std::vector<std::string> FindDeadParticipants(absl::Time now, const RunState& st
 // for more nodes) rather than wait as a spare.
 bool NewcomerEndsRound(const RunState& state);
 
+// Whether `node_id` waits as a spare of the run.
+bool IsSpare(const RunState& state, const std::string& node_id);
+
 // The earliest future time at which a decision above can change without a
 // call arriving; InfiniteFuture when none.
 absl::Time NextDeadline(const RunState& state);

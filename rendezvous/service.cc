@@ -372,8 +372,7 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
     signer_.Sign(run->state.run_id, held->node_id, &*assignment);
     *held->join->mutable_assignment() = std::move(*assignment);
   } else {
-    bool spare = std::any_of(run->state.spares.begin(), run->state.spares.end(),
-                             [&](const Joiner& j) { return j.node.node_id() == held->node_id; });
+    const bool spare = IsSpare(run->state, held->node_id);
     held->join->set_outcome(spare ? v1::JoinResponse::SPARE : v1::JoinResponse::PENDING);
     held->join->set_joined_nodes(static_cast<int32_t>(run->state.joiners.size()));
     held->join->set_detail(spare ? absl::StrCat("round ", run->state.active_round,
@@ -626,9 +625,7 @@ grpc::ServerUnaryReactor* RendezvousService::Serve(grpc::CallbackServerContext* 
 absl::Status RendezvousService::SparesFull(const Run& run, const std::string& node_id) {
   const std::vector<Joiner>& spares = run.state.spares;
   if (static_cast<int>(spares.size()) < options_.limits.max_nodes_per_run) return absl::OkStatus();
-  for (const Joiner& j : spares) {
-    if (j.node.node_id() == node_id) return absl::OkStatus();  // already waiting
-  }
+  if (IsSpare(run.state, node_id)) return absl::OkStatus();  // already waiting
   return absl::ResourceExhaustedError(
       absl::StrCat("run '", run.state.run_id, "' has ", spares.size(),
                    " spare nodes waiting; the limit (max_nodes_per_run) is ",
@@ -654,8 +651,7 @@ absl::Status RendezvousService::CheckNodeSecret(Run* run, const std::string& nod
     for (auto it = run->node_secrets.begin(); it != run->node_secrets.end();) {
       const std::string& id = it->first;
       const bool gone = !state.participant_index.contains(id) && !state.joiner_index.contains(id) &&
-                        std::none_of(state.spares.begin(), state.spares.end(),
-                                     [&](const Joiner& s) { return s.node.node_id() == id; });
+                        !IsSpare(state, id);
       if (gone) {
         run->node_secrets.erase(it++);
       } else {
