@@ -31,6 +31,9 @@ constexpr int kMaxRounds = 100000;
 constexpr char kExitBarrierKey[] = "cpptorchrun/exit_barrier";
 // How often a node waiting in the exit barrier sets its key again.
 constexpr absl::Duration kExitBarrierRefresh = absl::Seconds(1);
+// How long a node whose round ended during the exit barrier looks for the
+// other nodes' keys before it restarts (they may all be there).
+constexpr absl::Duration kExitBarrierRecheck = absl::Seconds(1);
 
 void MakeDirs(const std::string& path) {
   for (size_t pos = 1; pos <= path.size(); ++pos) {
@@ -534,7 +537,11 @@ AgentResult ElasticAgent::Run() {
         if (end == WaitEnd::kRoundEnded) {
           RoundEnd re = o_.round_monitor->Poll();
           o_.round_monitor->Stop();
-          if (!re.run_closed) {
+          // The last node through the barrier leaves ("finished"), which
+          // can end the round before this node's poll saw every key: one
+          // short look at the keys first.
+          if (!re.run_closed &&
+              !ExitBarrier(client, run_id, round, group_rank, gws, kExitBarrierRecheck)) {
             // Another node restarts the job: the whole job succeeds only in
             // one round, so this node joins the next one too.
             spdlog::warn("round {} ended during the exit barrier ({}): restarting the workers "
