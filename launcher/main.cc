@@ -18,22 +18,22 @@
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
 #include "base/token.h"
-#include "launcher/agent_service.h"
-#include "launcher/cli.h"
-#include "launcher/console_log.h"
-#include "launcher/devices.h"
-#include "launcher/elastic_agent.h"
-#include "launcher/event_log.h"
-#include "launcher/hosting.h"
-#include "launcher/numa.h"
-#include "launcher/local_rendezvous.h"
-#include "launcher/ports.h"
-#include "launcher/process.h"
-#include "launcher/program.h"
-#include "launcher/progress_board.h"
-#include "launcher/round_monitor.h"
-#include "launcher/run_dir.h"
+#include "launcher/agent/agent_service.h"
+#include "launcher/agent/elastic_agent.h"
+#include "launcher/agent/event_log.h"
+#include "launcher/agent/local_rendezvous.h"
+#include "launcher/agent/progress_board.h"
+#include "launcher/agent/round_monitor.h"
+#include "launcher/config/cli.h"
+#include "launcher/config/devices.h"
+#include "launcher/config/hosting.h"
+#include "launcher/config/numa.h"
+#include "launcher/config/program.h"
 #include "launcher/status_cmd.h"
+#include "launcher/workers/console_log.h"
+#include "launcher/workers/ports.h"
+#include "launcher/workers/process.h"
+#include "launcher/workers/run_dir.h"
 #include "rendezvous/client.h"
 #include "rendezvous/clock.h"
 #include "rendezvous/endpoint.h"
@@ -224,7 +224,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
     spdlog::info("this node's address: {} ({})", host, address.why);
   }
 
-  // Who serves the rendezvous (launcher/hosting.h).
+  // Who serves the rendezvous (launcher/config/hosting.h).
   HostingInput hosting_in;
   hosting_in.standalone = c.standalone;
   hosting_in.single_node = single_node;

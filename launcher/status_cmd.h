@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "launcher/cli.h"
+#include "launcher/config/cli.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/client.h"
 

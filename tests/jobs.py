@@ -83,7 +83,7 @@ class Node:
         return children(self.proc.pid)
 
     def events(self):
-        """This launcher's event log (launcher/event_log.h), from the log
+        """This launcher's event log (launcher/agent/event_log.h), from the log
         folder it named: a list of dicts, in order."""
         m = re.search(r"worker logs: (\S+)", self.text())
         if not m:

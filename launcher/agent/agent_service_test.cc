@@ -1,0 +1,77 @@
+// Tests of the agent service over a real Unix socket: heartbeats and events
+// reach the board; stale senders are refused.
+#include "launcher/agent/agent_service.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/agent.grpc.pb.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+namespace v1 = ::cpptorchrun::agent::v1;
+
+TEST(AgentService, HeartbeatsAndEventsReachTheBoard) {
+  std::string dir = "/tmp/agentsvc_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  rdzv::FakeClock clock(absl::FromUnixSeconds(1700000000));
+  ProgressBoard board(&clock);
+  board.Reset({100, 200});
+  auto svc = AgentService::Start(dir + "/agent.sock", &board);
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  auto channel = grpc::CreateChannel((*svc)->target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Agent::NewStub(channel);
+
+  v1::Heartbeat hb;
+  hb.set_rank(1);
+  hb.set_local_rank(1);
+  hb.set_pid(200);
+  hb.set_step(17);
+  hb.set_loss(0.5);
+  v1::HeartbeatAck ack;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(stub->SendHeartbeat(&ctx, hb, &ack).ok());
+  }
+  EXPECT_FALSE(ack.stop_requested());
+  ASSERT_TRUE(board.LastHeartbeat(1).has_value());
+  EXPECT_EQ(board.Snapshot()[0].step, 17);
+  EXPECT_DOUBLE_EQ(board.Snapshot()[0].loss, 0.5);
+
+  (*svc)->RequestStop(true);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SendHeartbeat(&ctx, hb, &ack).ok());
+    EXPECT_TRUE(ack.stop_requested());
+  }
+  hb.set_pid(999);  // not our worker
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->SendHeartbeat(&ctx, hb, &ack).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  v1::WorkerEvent ev;
+  ev.set_local_rank(1);
+  ev.set_pid(200);
+  ev.set_kind(v1::WorkerEvent::FINISHED);
+  v1::EventAck eack;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->SendEvent(&ctx, ev, &eack).ok());
+  }
+  EXPECT_TRUE(board.Finished(1));
+  ev.set_kind(v1::WorkerEvent::KIND_UNSPECIFIED);
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->SendEvent(&ctx, ev, &eack).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  (*svc)->Shutdown();
+  unlink((dir + "/agent.sock").c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,627 @@
+// The elastic agent's loop.
+#include "launcher/agent/elastic_agent.h"
+
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "base/signals.h"
+#include "launcher/agent/restart_policy.h"
+#include "launcher/workers/error_file.h"
+#include "launcher/workers/worker_env.h"
+#include "spdlog/spdlog.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+// Waits for SIGKILLed processes to be reaped at most this long.
+constexpr absl::Duration kKillWait = absl::Seconds(10);
+// Output still held by a grandchild after the group is gone is dropped after this.
+constexpr absl::Duration kDrainWait = absl::Seconds(2);
+// A job may re-rendezvous this often at most (membership changes included).
+constexpr int kMaxRounds = 100000;
+constexpr char kExitBarrierKey[] = "cpptorchrun/exit_barrier";
+// How often a node waiting in the exit barrier sets its key again.
+constexpr absl::Duration kExitBarrierRefresh = absl::Seconds(1);
+// How long a node whose round ended during the exit barrier looks for the
+// other nodes' keys before it restarts (they may all be there).
+constexpr absl::Duration kExitBarrierRecheck = absl::Seconds(1);
+
+void MakeDirs(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos == path.size() || path[pos] == '/') {
+      mkdir(path.substr(0, pos).c_str(), 0755);
+    }
+  }
+}
+
+}  // namespace
+
+std::string ExpandLinePrefix(const std::string& templ, const std::string& role, int rank,
+                             int local_rank) {
+  const std::string t = templ.empty() ? "[${role_name}${local_rank}]:" : templ;
+  return absl::StrReplaceAll(t, {{"${role_name}", role},
+                                 {"${local_rank}", absl::StrCat(local_rank)},
+                                 {"${rank}", absl::StrCat(rank)},
+                                 {"$role_name", role},
+                                 {"$local_rank", absl::StrCat(local_rank)},
+                                 {"$rank", absl::StrCat(rank)}});
+}
+
+namespace {
+// 32 random bytes from the kernel, hex: this agent's JoinRequest.node_secret.
+std::string NewNodeSecret() {
+  unsigned char bytes[32] = {};
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    else if (errno != EINTR) break;
+  }
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), got));
+}
+}  // namespace
+
+ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
+  host_ = o_.node.host();
+}
+
+bool ElasticAgent::IsStopSignal(int signo) const {
+  return std::find(o_.stop_signals.begin(), o_.stop_signals.end(), signo) != o_.stop_signals.end();
+}
+
+void ElasticAgent::Event(absl::string_view name, std::vector<EventField> fields) {
+  if (o_.events != nullptr) o_.events->Record(name, std::move(fields));
+}
+
+std::string ElasticAgent::Prefix(int local_rank, int rank) const {
+  return ExpandLinePrefix(o_.log_line_prefix_template, o_.role, rank, local_rank);
+}
+
+void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
+  workers_.clear();
+  const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
+  std::vector<int64_t> pids;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    Worker w;
+    w.local_rank = lr;
+    w.rank = a.rank_offset() + lr;
+    const std::string dir = absl::StrCat(attempt_dir, "/", lr);
+    MakeDirs(dir);
+    w.error_file = dir + "/error.json";
+    unlink(w.error_file.c_str());
+
+    WorkerEnvInputs in;
+    in.base = o_.base_env;
+    in.role = o_.role;
+    in.local_rank = lr;
+    in.local_world_size = o_.local_world_size;
+    in.group_rank = a.group_rank();
+    in.group_world_size = a.group_world_size();
+    in.rank_offset = a.rank_offset();
+    in.world_size = a.world_size();
+    in.master_addr = o_.fixed_master_addr.empty() ? a.master_addr() : o_.fixed_master_addr;
+    in.master_port = a.master_port();
+    in.round = a.round();
+    in.restart_count = restart_count;
+    in.max_restarts = o_.max_restarts;
+    in.run_id = o_.run_id;
+    in.error_file = w.error_file;
+    in.agent_socket = o_.agent_socket;
+    in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
+    in.rdzv_token_file = o_.rdzv_token_file;
+    in.rdzv_ca_file = o_.rdzv_ca_file;
+    in.local_addr = host_;
+    in.fake_gpus = o_.fake_gpus;
+    in.virtual_local_rank = o_.virtual_local_rank;
+
+    ProcessSpec spec;
+    spec.argv = o_.program_argv;
+    spec.env = BuildWorkerEnv(in);
+    const bool shown = o_.local_ranks_filter.empty() ||
+                       std::find(o_.local_ranks_filter.begin(), o_.local_ranks_filter.end(), lr) !=
+                           o_.local_ranks_filter.end();
+    const int redirect = o_.redirects.ForLocalRank(lr);
+    const int tee = o_.tee.ForLocalRank(lr);
+    const std::string prefix = Prefix(lr, w.rank);
+    auto sink = [&](int bit, int console_fd, const char* file) {
+      StreamSink s;
+      s.prefix = prefix;
+      // torchrun: --tee wins over --redirects for the console.
+      s.console_fd = (shown && (!(redirect & bit) || (tee & bit))) ? console_fd : -1;
+      if ((redirect | tee) & bit) s.file_path = absl::StrCat(dir, "/", file);
+      // torchrun 2.x: lines of tee'd streams that hold a filter string, of
+      // every local rank, in one file of the attempt.
+      const auto& filters = bit == kStdOut ? o_.duplicate_stdout_filters : o_.duplicate_stderr_filters;
+      if ((tee & bit) && !filters.empty()) {
+        s.duplicate_filters = filters;
+        s.duplicate_path = absl::StrCat(attempt_dir, bit == kStdOut ? "/filtered_stdout.log" : "/filtered_stderr.log");
+      }
+      return s;
+    };
+    spec.stdout_sink = sink(kStdOut, 1, "stdout.log");
+    spec.stderr_sink = sink(kStdErr, 2, "stderr.log");
+    if (lr < static_cast<int>(o_.worker_cpus.size())) spec.cpus = o_.worker_cpus[lr];
+    if (lr < static_cast<int>(o_.worker_memory_node.size())) spec.memory_node = o_.worker_memory_node[lr];
+
+    auto pid = o_.processes->Start(spec);
+    if (!pid.ok()) {
+      spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
+      w.exited = true;
+      w.status = ExitStatus::Exited(127);
+      FailureRecord f;
+      f.rank = w.rank;
+      f.local_rank = lr;
+      f.host = host_;
+      f.status = w.status;
+      f.time = o_.clock->Now();
+      f.message = std::string(pid.status().message());
+      f.sequence = exit_sequence_++;
+      w.failure = f;
+    } else {
+      w.pid = *pid;
+    }
+    pids.push_back(w.pid);
+    workers_.push_back(std::move(w));
+  }
+  if (o_.progress != nullptr) o_.progress->Reset(pids);
+  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt,
+                restart_count);
+}
+
+bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
+  for (Worker& w : workers_) {
+    if (w.pid != pid || w.exited) continue;
+    w.exited = true;
+    w.status = status;
+    if (!status.success() && !w.stopping) {
+      FailureRecord f;
+      f.rank = w.rank;
+      f.local_rank = w.local_rank;
+      f.host = host_;
+      f.status = status;
+      f.pid = pid;
+      f.time = o_.clock->Now();
+      f.sequence = exit_sequence_++;
+      auto err = ReadErrorFile(w.error_file);
+      if (err.ok()) {
+        f.error_file = w.error_file;
+        f.message = err->message;
+        f.traceback = err->traceback;
+        f.error_timestamp = err->timestamp;
+      } else if (err.status().code() != absl::StatusCode::kNotFound) {
+        f.error_file = w.error_file;
+        f.message = absl::StrCat("unreadable error file: ", err.status().message());
+      }
+      w.failure = f;
+      spdlog::warn("worker rank {} (local rank {}, pid {}) failed: {}", w.rank, w.local_rank, pid,
+                   status.ToString());
+      Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
+                              {"pid", int64_t{pid}}, {"status", status.ToString()}});
+    }
+    return true;
+  }
+  return false;
+}
+
+ElasticAgent::MonitorResult ElasticAgent::Monitor() {
+  for (;;) {
+    const absl::Time now = o_.clock->Now();
+    std::vector<WorkerView> views;
+    for (const Worker& w : workers_) {
+      WorkerView v;
+      v.exited = w.exited;
+      v.status = w.status;
+      if (o_.progress != nullptr && !w.exited) {
+        v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+        v.finished = o_.progress->Finished(w.local_rank);
+      }
+      views.push_back(v);
+    }
+    GroupCheck check = CheckGroup(views, now, o_.worker_timeout, o_.monitor_interval);
+    if (check.outcome == GroupOutcome::kFailed) {
+      for (int lr : check.hung) {
+        Worker& w = workers_[lr];
+        auto last = o_.progress->LastHeartbeat(lr);
+        FailureRecord f;
+        f.rank = w.rank;
+        f.local_rank = lr;
+        f.host = host_;
+        f.status = ExitStatus::Killed(SIGKILL);
+        f.pid = w.pid;
+        f.time = now;
+        f.sequence = exit_sequence_++;
+        f.message = absl::StrCat("hung: no heartbeat for ",
+                                 absl::FormatDuration(now - last.value_or(now)),
+                                 " (--worker_timeout ", absl::FormatDuration(o_.worker_timeout),
+                                 "); killed");
+        w.failure = f;
+        w.stopping = true;
+        spdlog::warn("worker rank {} (local rank {}, pid {}) is hung: killing it", w.rank, lr, w.pid);
+        Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
+                                {"status", std::string("hung")}});
+        o_.processes->SignalGroup(w.pid, SIGKILL);
+      }
+      return {Outcome::kFailed, 0, ""};
+    }
+    if (check.outcome == GroupOutcome::kSucceeded) return {Outcome::kSucceeded, 0, ""};
+    if (o_.round_monitor != nullptr) {
+      RoundEnd end = o_.round_monitor->Poll();
+      if (end.ended) {
+        return {end.run_closed ? Outcome::kRunClosed : Outcome::kMembership, 0, end.reason};
+      }
+    }
+    for (const ProcessEvent& e : o_.processes->Wait(check.next_check)) {
+      if (e.kind == ProcessEvent::Kind::kExited) {
+        RecordExit(e.pid, e.status);
+      } else if (e.kind == ProcessEvent::Kind::kSignal) {
+        if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, ""};
+        spdlog::info("forwarding {} to the workers", SignalName(e.signo));
+        for (const Worker& w : workers_) {
+          if (!w.exited) o_.processes->SignalGroup(w.pid, e.signo);
+        }
+      }
+    }
+  }
+}
+
+void ElasticAgent::StopWorkers(int signo) {
+  auto live = [this] {
+    return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
+  };
+  for (Worker& w : workers_) {
+    w.stopping = true;
+    if (!w.exited) o_.processes->SignalGroup(w.pid, signo);
+  }
+  bool escalate = false;
+  const absl::Time grace = o_.clock->Now() + o_.shutdown_timeout;
+  while (live() && !escalate && o_.clock->Now() < grace) {
+    for (const ProcessEvent& e : o_.processes->Wait(grace)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+      // A second stop signal while stopping: no more grace.
+      if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) escalate = true;
+    }
+  }
+  if (live()) {
+    spdlog::warn("workers still alive after {}: sending SIGKILL", absl::FormatDuration(o_.shutdown_timeout));
+  }
+  for (Worker& w : workers_) {
+    // Also sweeps what is left of the group (the worker's own children).
+    if (w.pid > 0) o_.processes->SignalGroup(w.pid, SIGKILL);
+  }
+  const absl::Time kill_deadline = o_.clock->Now() + kKillWait;
+  while (live() && o_.clock->Now() < kill_deadline) {
+    for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+    }
+  }
+  o_.processes->DrainOutput(absl::Now() + kDrainWait);
+}
+
+std::vector<FailureRecord> ElasticAgent::Failures() const {
+  std::vector<FailureRecord> out;
+  for (const Worker& w : workers_) {
+    if (w.failure.has_value()) out.push_back(*w.failure);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FailureRecord& a, const FailureRecord& b) { return a.sequence < b.sequence; });
+  return out;
+}
+
+ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& fn, int* signo,
+                                                  bool stop_on_round_end) {
+  struct Shared {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    // Set when this call returns without the helper: the launcher (and the
+    // process launcher it would wake) may be gone by the time fn returns.
+    bool abandoned ABSL_GUARDED_BY(mu) = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  ProcessLauncher* processes = o_.processes;
+  // The helper may outlive this call when a signal or a round end comes
+  // first; it then wakes nobody (the process exits, or moves on, soon after).
+  std::thread helper([shared, fn, processes] {
+    fn();
+    absl::MutexLock lock(&shared->mu);
+    shared->done = true;
+    if (!shared->abandoned) processes->Wakeup();
+  });
+  auto abandon = [&shared, &helper] {
+    absl::MutexLock lock(&shared->mu);
+    shared->abandoned = true;
+    helper.detach();
+  };
+  auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
+  {
+    // Most calls answer at once: wait for that without touching the
+    // launcher's events.
+    absl::MutexLock lock(&shared->mu);
+    shared->mu.AwaitWithTimeout(absl::Condition(&is_done), o_.blocking_call_grace);
+  }
+  for (;;) {
+    {
+      absl::MutexLock lock(&shared->mu);
+      if (shared->done) break;
+    }
+    if (stop_on_round_end && o_.round_monitor != nullptr && o_.round_monitor->Poll().ended) {
+      abandon();
+      return WaitEnd::kRoundEnded;
+    }
+    for (const ProcessEvent& e : o_.processes->Wait(o_.clock->Now() + o_.monitor_interval)) {
+      if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) {
+        *signo = e.signo;
+        abandon();
+        return WaitEnd::kSignal;
+      }
+    }
+  }
+  helper.join();
+  return WaitEnd::kDone;
+}
+
+bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id,
+                               int64_t round, int group_rank, int group_world_size, absl::Duration timeout) {
+  if (group_world_size <= 1) return true;
+  // One key per node, set again every kExitBarrierRefresh while waiting: a
+  // rendezvous server restarted during the barrier (its store emptied)
+  // regains every node's key, where a counter would be lost and every node
+  // would wait out the timeout.
+  std::unique_ptr<rdzv::Store> store = client->OpenStore(run_id, round);
+  std::vector<std::string> keys;
+  for (int r = 0; r < group_world_size; ++r) keys.push_back(absl::StrCat(kExitBarrierKey, "/", r));
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last;
+  for (;;) {
+    if (absl::Status set = store->Set(keys[group_rank], "1"); !set.ok()) last = set;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    auto all = store->MultiGet(keys, std::min(left, kExitBarrierRefresh));
+    if (all.ok()) return true;
+    last = all.status();
+    if (all.status().code() != absl::StatusCode::kDeadlineExceeded &&
+        all.status().code() != absl::StatusCode::kUnavailable) {
+      // A store call refused for good (the round is over): no waiting.
+      break;
+    }
+  }
+  spdlog::warn("exit barrier: not every node finished within {}: {}", absl::FormatDuration(timeout),
+               last.ToString());
+  return false;
+}
+
+AgentResult ElasticAgent::Run() {
+  AgentResult result;
+  int restart_count = 0;
+  int64_t last_round = 0;
+  int attempt = 0;
+  std::string proof;  // the current assignment's signature
+  auto leave = [this, &proof](const std::string& reason) {
+    auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason, proof);
+    if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
+  };
+  for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
+    // Join a round.
+    rdzv::v1::JoinRequest req;
+    req.set_run_id(o_.run_id);
+    *req.mutable_node() = o_.node;
+    *req.mutable_options() = o_.run_options;
+    req.set_last_round(last_round);
+    req.set_node_secret(node_secret_);
+    if (o_.fixed_master_port > 0) {
+      req.mutable_node()->set_free_port(o_.fixed_master_port);
+    } else {
+      // The previous round's workers are gone: its port goes, and a new one
+      // is held until the next round (ports.h).
+      o_.ports->ReleaseHeld();
+      auto port = o_.ports->FindFreePort(host_);
+      if (!port.ok()) {
+        spdlog::error("no free port on {}: {}", host_, port.status().ToString());
+        result.exit_code = 1;
+        return result;
+      }
+      req.mutable_node()->set_free_port(*port);
+    }
+    auto joined = std::make_shared<absl::StatusOr<rdzv::v1::Assignment>>(
+        absl::UnknownError("not joined"));
+    int signo = 0;
+    rdzv::RendezvousClient* client = o_.rdzv;
+    if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
+                      /*stop_on_round_end=*/false) != WaitEnd::kDone) {
+      spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
+      leave(absl::StrCat("signal ", SignalName(signo)));
+      result.exit_code = 128 + signo;
+      return result;
+    }
+    if (!joined->ok()) {
+      spdlog::error("rendezvous failed: {}", joined->status().ToString());
+      result.exit_code = 1;
+      return result;
+    }
+    const rdzv::v1::Assignment a = **joined;
+    last_round = a.round();
+    proof = a.signature();
+    if (restart_.has_value()) restart_->joined = o_.clock->Now();
+    Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
+                           {"group_world_size", int64_t{a.group_world_size()}},
+                           {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},
+                           {"master_port", int64_t{a.master_port()}}, {"restart_count", int64_t{restart_count}}});
+    spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}",
+                 a.round(), a.group_rank(), a.group_world_size(), a.rank_offset(),
+                 a.rank_offset() + o_.local_world_size - 1, a.world_size(), a.master_addr(),
+                 a.master_port(), restart_count);
+    if (o_.round_monitor != nullptr) {
+      ProcessLauncher* processes = o_.processes;
+      o_.round_monitor->Start(a, restart_count, [processes] { processes->Wakeup(); });
+    }
+    StartWorkers(a, restart_count, attempt);
+    {
+      std::vector<int64_t> pids;
+      for (const Worker& w : workers_) pids.push_back(w.pid);
+      Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{attempt}},
+                                {"local_world_size", int64_t{o_.local_world_size}}, {"pids", pids}});
+    }
+    if (restart_.has_value()) {
+      // The launcher's part of the restart, phase by phase.
+      const absl::Time started = o_.clock->Now();
+      const PendingRestart& r = *restart_;
+      auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
+      Event("restart", {{"cause", r.cause}, {"round", a.round()}, {"from_round", r.from_round},
+                        {"restart_count", int64_t{restart_count}}, {"max_restarts", int64_t{o_.max_restarts}},
+                        {"counted", int64_t{r.counted ? 1 : 0}},
+                        {"detected_to_stopped_s", s(r.stopped - r.detected)},
+                        {"stopped_to_joined_s", s(r.joined - r.stopped)},
+                        {"joined_to_started_s", s(started - r.joined)}, {"total_s", s(started - r.detected)}});
+      spdlog::info("restart ({}) took {:.3f} s in the launcher: stop {:.3f} s, rendezvous {:.3f} s, start {:.3f} s",
+                   r.cause, s(started - r.detected), s(r.stopped - r.detected), s(r.joined - r.stopped),
+                   s(started - r.joined));
+      if (o_.progress != nullptr) {
+        rdzv::v1::RestartPhases phases;
+        phases.set_cause(r.cause);
+        phases.set_round(a.round());
+        phases.set_total_s(s(started - r.detected));
+        phases.set_detected_to_stopped_s(s(r.stopped - r.detected));
+        phases.set_stopped_to_joined_s(s(r.joined - r.stopped));
+        phases.set_joined_to_started_s(s(started - r.joined));
+        o_.progress->SetLastRestart(phases);
+      }
+      restart_.reset();
+    }
+    ++attempt;
+    result.attempts = attempt;
+    result.restart_count = restart_count;
+    MonitorResult m = Monitor();
+
+    switch (m.outcome) {
+      case Outcome::kSignal: {
+        spdlog::warn("received {}: stopping the workers", SignalName(m.signo));
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(m.signo);
+        leave(absl::StrCat("signal ", SignalName(m.signo)));
+        result.exit_code = 128 + m.signo;
+        Event("finished", {{"exit_code", int64_t{result.exit_code}}, {"reason", absl::StrCat("signal ", SignalName(m.signo))}});
+        return result;
+      }
+      case Outcome::kSucceeded: {
+        int sig = 0;
+        if (a.group_world_size() > 1) {
+          spdlog::info("local workers finished; waiting for the other nodes (exit barrier, at most {})",
+                       absl::FormatDuration(o_.exit_barrier_timeout));
+          Event("exit_barrier", {{"round", a.round()}});
+        }
+        rdzv::RendezvousClient* client = o_.rdzv;
+        const std::string run_id = o_.run_id;
+        const int64_t round = a.round();
+        const int gws = a.group_world_size();
+        const int group_rank = a.group_rank();
+        const absl::Duration timeout = o_.exit_barrier_timeout;
+        WaitEnd end = Interruptible(
+            [client, run_id, round, group_rank, gws, timeout] {
+              ExitBarrier(client, run_id, round, group_rank, gws, timeout);
+            },
+            &sig, /*stop_on_round_end=*/true);
+        if (end == WaitEnd::kSignal) {
+          if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+          leave("signal during exit barrier");
+          result.exit_code = 128 + sig;
+          return result;
+        }
+        if (end == WaitEnd::kRoundEnded) {
+          RoundEnd re = o_.round_monitor->Poll();
+          o_.round_monitor->Stop();
+          // The last node through the barrier leaves ("finished"), which
+          // can end the round before this node's poll saw every key: one
+          // short look at the keys first.
+          if (!re.run_closed &&
+              !ExitBarrier(client, run_id, round, group_rank, gws, kExitBarrierRecheck)) {
+            // Another node restarts the job: the whole job succeeds only in
+            // one round, so this node joins the next one too.
+            spdlog::warn("round {} ended during the exit barrier ({}): restarting the workers "
+                         "(restarts not consumed)", a.round(), re.reason);
+            Event("round_ended", {{"round", a.round()}, {"reason", re.reason}});
+            const absl::Time now = o_.clock->Now();
+            restart_ = PendingRestart{"membership", a.round(), false, now, now, now};
+            continue;
+          }
+          spdlog::warn("the run was closed during the exit barrier: {}", re.reason);
+        }
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        leave("finished");
+        o_.processes->DrainOutput(absl::Now() + kDrainWait);
+        spdlog::info("all {} workers finished", workers_.size());
+        result.exit_code = 0;
+        Event("finished", {{"exit_code", int64_t{0}}, {"reason", std::string("all workers finished")}});
+        return result;
+      }
+      case Outcome::kMembership: {
+        spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", a.round(),
+                     m.reason);
+        Event("round_ended", {{"round", a.round()}, {"reason", m.reason}});
+        const absl::Time detected = o_.clock->Now();
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        restart_ = PendingRestart{"membership", a.round(), false, detected, o_.clock->Now(), {}};
+        continue;
+      }
+      case Outcome::kRunClosed: {
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        spdlog::error("the run was closed: {}", m.reason);
+        // Off the participant list: the node that serves the rendezvous
+        // waits for the others to leave before it exits.
+        leave("the run was closed");
+        result.exit_code = 1;
+        Event("finished", {{"exit_code", int64_t{1}}, {"reason", m.reason}});
+        return result;
+      }
+      case Outcome::kFailed: {
+        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+        StopWorkers(SIGTERM);
+        std::vector<FailureRecord> failures = Failures();
+        result.failures = failures;
+        if (failures.empty()) {
+          // Not reachable by CheckGroup's rules; never index an empty list.
+          spdlog::error("worker group failed without a recorded failure");
+          result.exit_code = 1;
+          return result;
+        }
+        int root = RootCauseIndex(failures);
+        const FailureRecord& rc = failures[std::max(root, 0)];
+        NextAction next = DecideNext(StopCause::kWorkerFailed, restart_count, o_.max_restarts);
+        if (next == NextAction::kRestartCounted) {
+          ++restart_count;
+          spdlog::warn("worker group failed (rank {}: {}); restarting, {} of {} restarts", rc.rank,
+                       rc.status.ToString(), restart_count, o_.max_restarts);
+          // Detected when the launcher saw the first failure; stopped now.
+          restart_ = PendingRestart{"worker_failed", a.round(), true, rc.time, o_.clock->Now(), {}};
+          continue;
+        }
+        result.summary = FormatFailureSummary(o_.program_name, failures);
+        if (o_.print_summary) o_.print_summary(result.summary);
+        auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()),
+                                 o_.node.node_id(), proof);
+        if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+        leave("failed");
+        result.exit_code = rc.status.LauncherExitCode();
+        if (result.exit_code == 0) result.exit_code = 1;
+        Event("finished", {{"exit_code", int64_t{result.exit_code}},
+                           {"reason", absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString())}});
+        return result;
+      }
+    }
+  }
+  spdlog::error("gave up after {} rounds", kMaxRounds);
+  result.exit_code = 1;
+  return result;
+}
+
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,178 @@
+// The elastic agent: one node's supervision loop. It joins a rendezvous
+// round, starts the node's workers with their environment, watches them
+// (exits, hangs, the launcher's signals, the end of the round), stops the
+// group (SIGTERM, --shutdown_timeout of grace, SIGKILL), and decides by
+// restart_policy.h whether to re-rendezvous, succeed (after an exit barrier
+// across nodes) or fail with the root cause's exit code and a summary.
+//
+// Every outside dependency comes in through AgentOptions: the clock, the
+// process launcher, the rendezvous client, the port finder, the progress
+// board and the round monitor, so tests drive the loop with fakes.
+#ifndef CPPTORCHRUN_LAUNCHER_ELASTIC_AGENT_H_
+#define CPPTORCHRUN_LAUNCHER_ELASTIC_AGENT_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "launcher/agent/event_log.h"
+#include "launcher/agent/progress_board.h"
+#include "launcher/agent/round_monitor.h"
+#include "launcher/workers/failure_summary.h"
+#include "launcher/workers/ports.h"
+#include "launcher/workers/process.h"
+#include "launcher/workers/std_spec.h"
+#include "proto/rendezvous.pb.h"
+#include "rendezvous/client.h"
+#include "rendezvous/clock.h"
+
+namespace cpptorchrun::launcher {
+
+struct AgentOptions {
+  std::string run_id = "none";
+  std::string role = "default";
+  int max_restarts = 0;
+  absl::Duration monitor_interval = absl::Seconds(5);
+  absl::Duration worker_timeout = absl::Seconds(300);
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
+  StdSpec redirects;
+  StdSpec tee;
+  std::vector<int> local_ranks_filter;  // empty: all
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;
+  // --numa_binding: per local rank, its CPUs and preferred memory node
+  // (empty: no binding).
+  std::vector<std::vector<int>> worker_cpus;
+  std::vector<int> worker_memory_node;
+  // torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty: "[${role_name}${local_rank}]:".
+  std::string log_line_prefix_template;
+  // Signals that stop the job (forwarded, then the group is stopped and the
+  // launcher exits 128 + signal); others received are only forwarded.
+  std::vector<int> stop_signals;
+
+  std::vector<std::string> program_argv;  // argv[0] resolved
+  std::string program_name;               // for the summary
+  std::map<std::string, std::string> base_env;
+  int local_world_size = 1;
+  int fake_gpus = 0;
+
+  // This node as the rendezvous sees it (node_id, host, local_world_size,
+  // static_node_rank); free_port is filled in for each round.
+  rdzv::v1::NodeInfo node;
+  rdzv::v1::RunOptions run_options;
+  // A fixed MASTER_PORT (--master_port given); 0: a free port each round.
+  int fixed_master_port = 0;
+  // MASTER_ADDR for the workers when set (static backend: --master_addr);
+  // else the group-rank-0 node's address from the round.
+  std::string fixed_master_addr;
+  // Not owned; null: no event log (event_log.h).
+  EventLog* events = nullptr;
+
+  // Attempt folders go under here: <log_root>/attempt_<k>/<local_rank>/.
+  std::string log_root;
+  std::string agent_socket;               // empty: none
+  std::string rdzv_endpoint_for_workers;  // empty: none
+  std::string rdzv_token_file;            // empty: none
+  std::string rdzv_ca_file;               // TLS to the rendezvous; empty: plaintext
+
+  // Not owned; all must outlive the agent.
+  rdzv::Clock* clock = nullptr;
+  ProcessLauncher* processes = nullptr;
+  rdzv::RendezvousClient* rdzv = nullptr;
+  PortFinder* ports = nullptr;
+  ProgressBoard* progress = nullptr;
+  RoundMonitor* round_monitor = nullptr;
+  // Blocking rendezvous calls (Join, the exit barrier) run on a helper
+  // thread; for this long the agent just waits for them, after that it also
+  // answers signals while waiting.
+  absl::Duration blocking_call_grace = absl::Milliseconds(100);
+  // Where the failure summary goes (stderr in main).
+  std::function<void(const std::string&)> print_summary;
+};
+
+struct AgentResult {
+  int exit_code = 0;
+  int restart_count = 0;    // counted restarts (TORCHELASTIC_RESTART_COUNT of the last group)
+  int attempts = 0;         // groups started
+  std::vector<FailureRecord> failures;  // of the last failed group
+  std::string summary;      // the failure summary printed, if any
+};
+
+// Used from one thread.
+class ElasticAgent {
+ public:
+  explicit ElasticAgent(AgentOptions options);
+  // Runs the job to its end. Never throws; every failure is an exit code.
+  AgentResult Run();
+
+ private:
+  struct Worker {
+    int local_rank = 0;
+    int rank = 0;
+    pid_t pid = 0;
+    bool exited = false;
+    bool stopping = false;  // exits from now on are our doing, not failures
+    ExitStatus status;
+    std::string error_file;
+    std::optional<FailureRecord> failure;
+  };
+  enum class Outcome { kSucceeded, kFailed, kMembership, kRunClosed, kSignal };
+  struct MonitorResult {
+    Outcome outcome = Outcome::kSucceeded;
+    int signo = 0;
+    std::string reason;
+  };
+
+  std::string Prefix(int local_rank, int rank) const;
+  void StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt);
+  MonitorResult Monitor();
+  // Records an exit event; false when the pid is not one of ours.
+  bool RecordExit(pid_t pid, const ExitStatus& status);
+  void StopWorkers(int signo);
+  std::vector<FailureRecord> Failures() const;
+  enum class WaitEnd { kDone, kSignal, kRoundEnded };
+  // Runs `fn` on a helper thread while still answering signals: kSignal
+  // (with *signo) when a stop signal came first, kRoundEnded when the round
+  // ended first and `stop_on_round_end`; the helper is then left to finish
+  // on its own.
+  WaitEnd Interruptible(const std::function<void()>& fn, int* signo, bool stop_on_round_end);
+  // Sets this node's key in the round's store and waits (bounded) until
+  // every node's key is there, setting its own again every second (a
+  // restarted rendezvous server has an empty store). Static: it may run on
+  // a detached helper thread.
+  static bool ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id, int64_t round,
+                          int group_rank, int group_world_size, absl::Duration timeout);
+  bool IsStopSignal(int signo) const;
+
+  // A restart on its way: when its failure was detected, the old workers
+  // stopped, the new round joined (for the restart event's phases).
+  struct PendingRestart {
+    std::string cause;
+    int64_t from_round = 0;
+    bool counted = false;
+    absl::Time detected, stopped, joined;
+  };
+  void Event(absl::string_view name, std::vector<EventField> fields);
+
+  AgentOptions o_;
+  // This agent's JoinRequest.node_secret: the same on every Join of its run.
+  const std::string node_secret_;
+  std::vector<Worker> workers_;
+  int exit_sequence_ = 0;
+  std::string host_;
+  std::optional<PendingRestart> restart_;
+};
+
+// "[${role_name}${local_rank}]:" with ${role_name}, ${rank}, ${local_rank}
+// substituted (also $name without braces). Pure.
+std::string ExpandLinePrefix(const std::string& templ, const std::string& role, int rank,
+                             int local_rank);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_ELASTIC_AGENT_H_

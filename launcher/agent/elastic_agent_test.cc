@@ -1,0 +1,409 @@
+// Tests of the elastic agent's loop with a fake process launcher, a fake
+// clock, a fake rendezvous and a fake round monitor: no real process, no
+// sleeping. Each test scripts when workers exit and checks what the agent did.
+#include "launcher/agent/elastic_agent.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/agent/fakes.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentTest() : processes_(&clock_), board_(&clock_), ports_(40000) {
+    const char* t = std::getenv("TEST_TMPDIR");
+    log_root_ = absl::StrCat(t ? t : "/tmp", "/agent_XXXXXX");
+    mkdtemp(log_root_.data());
+    o_.run_id = "job";
+    o_.max_restarts = 0;
+    o_.monitor_interval = absl::Seconds(5);
+    o_.worker_timeout = absl::Seconds(10);
+    o_.shutdown_timeout = absl::Seconds(30);
+    o_.exit_barrier_timeout = absl::Seconds(1);
+    o_.blocking_call_grace = absl::Seconds(60);  // the fakes answer at once
+    o_.stop_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    o_.program_argv = {"/bin/train", "--epochs", "1"};
+    o_.program_name = "train";
+    o_.base_env = {{"PATH", "/bin"}};
+    o_.local_world_size = 2;
+    o_.node.set_node_id("node-a");
+    o_.node.set_host("127.0.0.1");
+    o_.node.set_local_world_size(2);
+    o_.log_root = log_root_;
+    o_.agent_socket = "/tmp/sock";
+    o_.clock = &clock_;
+    o_.processes = &processes_;
+    o_.rdzv = &rdzv_;
+    o_.ports = &ports_;
+    o_.progress = &board_;
+    o_.round_monitor = &monitor_;
+    o_.print_summary = [this](const std::string& s) { printed_ += s; };
+    o_.events = &events_;
+  }
+
+  AgentResult Run() {
+    ElasticAgent agent(o_);
+    return agent.Run();
+  }
+
+  // Every worker exits with `status` `after` its start (local rank `only`,
+  // or all when -1).
+  void ExitAfterStart(absl::Duration after, ExitStatus status, int only = -1) {
+    processes_.on_start = [after, status, only](FakeProcessLauncher& p,
+                                                const FakeProcessLauncher::Started& s) {
+      int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+      if (only < 0 || lr == only) p.ExitAt(s.pid, s.time + after, status);
+    };
+  }
+
+  std::string Env(int start_index, const std::string& key) {
+    return processes_.started().at(start_index).spec.env.at(key);
+  }
+
+  rdzv::FakeClock clock_{absl::FromUnixSeconds(1700000000)};
+  FakeProcessLauncher processes_;
+  ProgressBoard board_;
+  FixedPortFinder ports_;
+  FakeRendezvousClient rdzv_;
+  FakeRoundMonitor monitor_;
+  std::string log_root_;
+  std::string printed_;
+  MemoryEventLog events_;
+  AgentOptions o_;
+};
+
+TEST_F(AgentTest, SuccessRunsOneGroupAndLeaves) {
+  ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(0));
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.attempts, 1);
+  ASSERT_EQ(processes_.started().size(), 2u);
+  EXPECT_EQ(Env(0, "RANK"), "0");
+  EXPECT_EQ(Env(1, "RANK"), "1");
+  EXPECT_EQ(Env(1, "LOCAL_RANK"), "1");
+  EXPECT_EQ(Env(1, "WORLD_SIZE"), "2");
+  EXPECT_EQ(Env(1, "MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(Env(1, "MASTER_PORT"), "40000");
+  EXPECT_EQ(Env(1, "TORCHELASTIC_RESTART_COUNT"), "0");
+  EXPECT_EQ(Env(1, "CPPTORCHRUN_AGENT_SOCKET"), "/tmp/sock");
+  EXPECT_EQ(Env(1, "TORCHELASTIC_ERROR_FILE"), log_root_ + "/attempt_0/1/error.json");
+  EXPECT_THAT(processes_.started()[0].spec.argv, ElementsAre("/bin/train", "--epochs", "1"));
+  EXPECT_EQ(processes_.started()[1].spec.stdout_sink.prefix, "[default1]:");
+  EXPECT_EQ(processes_.started()[1].spec.stdout_sink.console_fd, 1);
+  EXPECT_EQ(processes_.started()[1].spec.stderr_sink.console_fd, 2);
+  EXPECT_EQ(processes_.started()[1].spec.stdout_sink.file_path, "");
+  EXPECT_THAT(rdzv_.leaves(), ElementsAre("finished"));
+  EXPECT_TRUE(rdzv_.closes().empty());
+  EXPECT_TRUE(printed_.empty());
+}
+
+TEST_F(AgentTest, EventsOfARestartAddUpPhaseByPhase) {
+  o_.max_restarts = 1;
+  int starts = 0;
+  processes_.on_start = [&starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    // The first group: local rank 1 fails after 2 s; rank 0 ignores SIGTERM
+    // (stopping it takes --shutdown_timeout, then SIGKILL). The second group
+    // succeeds.
+    if (++starts == 2) p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(4));
+    if (starts == 1) p.IgnoreSigterm(s.pid);
+    if (starts > 2) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(events_.names(), (std::vector<std::string>{"round_joined", "workers_started", "worker_failed",
+                                                        "round_joined", "workers_started", "restart", "finished"}));
+  const auto restart = events_.events()[5].second;
+  std::map<std::string, EventValue> f(restart.begin(), restart.end());
+  EXPECT_EQ(std::get<std::string>(f.at("cause")), "worker_failed");
+  EXPECT_EQ(std::get<int64_t>(f.at("counted")), 1);
+  const double total = std::get<double>(f.at("total_s"));
+  const double sum = std::get<double>(f.at("detected_to_stopped_s")) + std::get<double>(f.at("stopped_to_joined_s")) +
+                     std::get<double>(f.at("joined_to_started_s"));
+  EXPECT_NEAR(std::get<double>(f.at("detected_to_stopped_s")), 30.0, 1e-6) << "the shutdown grace";
+  EXPECT_NEAR(sum, total, 1e-6) << "the phases add up to the total";
+  const auto finished = events_.events().back().second;
+  EXPECT_EQ(std::get<int64_t>(finished[0].second), 0);
+  // The keep-alives carry the same breakdown (through the progress board).
+  auto last = board_.LastRestart();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->cause(), "worker_failed");
+  EXPECT_NEAR(last->total_s(), total, 1e-6);
+}
+
+TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
+  o_.max_restarts = 2;
+  ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(3), /*only=*/1);
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.attempts, 3);
+  EXPECT_EQ(r.restart_count, 2);
+  ASSERT_EQ(processes_.started().size(), 6u);
+  EXPECT_EQ(Env(0, "TORCHELASTIC_RESTART_COUNT"), "0");
+  EXPECT_EQ(Env(2, "TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(Env(4, "TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(Env(4, "TORCHELASTIC_ERROR_FILE"), log_root_ + "/attempt_2/0/error.json");
+  // Each restart is a new round with a fresh MASTER_PORT.
+  ASSERT_EQ(rdzv_.joins().size(), 3u);
+  EXPECT_EQ(rdzv_.joins()[1].last_round(), 1);
+  EXPECT_EQ(rdzv_.joins()[2].last_round(), 2);
+  EXPECT_NE(Env(0, "MASTER_PORT"), Env(2, "MASTER_PORT"));
+  EXPECT_EQ(Env(2, "CPPTORCHRUN_RDZV_ROUND"), "2");
+  // The surviving worker of each group was stopped with SIGTERM.
+  int sigterms = 0;
+  for (auto [pid, sig] : processes_.signals_sent()) sigterms += sig == SIGTERM;
+  EXPECT_GE(sigterms, 3);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_THAT(printed_, HasSubstr("train FAILED"));
+  EXPECT_THAT(printed_, HasSubstr("exitcode  : 3"));
+  EXPECT_EQ(rdzv_.closes().size(), 1u);
+  EXPECT_EQ(rdzv_.leaves(), std::vector<std::string>{"failed"}) << "the closer leaves the run too";
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
+TEST_F(AgentTest, LaterExitsAfterTheFirstFailureAreNotFailures) {
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    if (lr == 0) p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Killed(SIGSEGV));
+    if (lr == 1) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(7));
+  };
+  AgentResult r = Run();
+  // Local rank 1 failed first; local rank 0 was then stopped by us (SIGTERM)
+  // before its own crash: one failure, the root cause.
+  EXPECT_EQ(r.exit_code, 7);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+}
+
+TEST_F(AgentTest, SimultaneousFailuresAreAllListed) {
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    p.ExitAt(s.pid, absl::FromUnixSeconds(1700000005),
+             lr == 1 ? ExitStatus::Exited(9) : ExitStatus::Killed(SIGABRT));
+  };
+  AgentResult r = Run();
+  ASSERT_EQ(r.failures.size(), 2u);
+  EXPECT_EQ(r.exit_code, 128 + SIGABRT);  // local rank 0 was scheduled (and reaped) first
+  EXPECT_THAT(printed_, HasSubstr("Root Cause"));
+  size_t root = printed_.find("Root Cause");
+  EXPECT_THAT(printed_.substr(root), HasSubstr("SIGABRT"));
+  EXPECT_THAT(printed_.substr(0, root), HasSubstr("exitcode  : 9"));
+}
+
+TEST_F(AgentTest, StopSignalStopsWorkersAndExits128PlusSignal) {
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(3), SIGTERM);
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_TRUE(processes_.alive().empty());
+  std::set<pid_t> termed;
+  for (auto [pid, sig] : processes_.signals_sent()) {
+    if (sig == SIGTERM) termed.insert(pid);
+  }
+  EXPECT_EQ(termed.size(), 2u);
+  EXPECT_EQ(rdzv_.leaves().size(), 1u);
+  EXPECT_TRUE(printed_.empty());
+}
+
+TEST_F(AgentTest, OtherHandledSignalsAreOnlyForwarded) {
+  ExitAfterStart(absl::Seconds(10), ExitStatus::Exited(0));
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(2), SIGUSR1);
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  int usr1 = 0;
+  for (auto [pid, sig] : processes_.signals_sent()) usr1 += sig == SIGUSR1;
+  EXPECT_EQ(usr1, 2);
+}
+
+TEST_F(AgentTest, SigtermIgnoredMeansSigkillAfterShutdownTimeout) {
+  o_.shutdown_timeout = absl::Seconds(7);
+  const absl::Time t0 = clock_.Now();
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    if (lr == 0) p.IgnoreSigterm(s.pid);
+    if (lr == 1) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(2));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(processes_.alive().empty());
+  // SIGTERM at t0+1s, then 7 s of grace, then SIGKILL.
+  EXPECT_EQ(clock_.Now(), t0 + absl::Seconds(8));
+  bool killed = false;
+  for (auto [pid, sig] : processes_.signals_sent()) killed |= sig == SIGKILL;
+  EXPECT_TRUE(killed);
+}
+
+TEST_F(AgentTest, SilentWorkerIsHungAndKilled) {
+  o_.worker_timeout = absl::Seconds(10);
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    if (lr != 1) return;
+    p.CallAt(s.time + absl::Seconds(1), [this, pid = s.pid] {
+      RankReport hb;
+      hb.rank = 1;
+      hb.local_rank = 1;
+      hb.pid = pid;
+      hb.step = 42;
+      board_.Heartbeat(hb);
+    });
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(11));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("hung"));
+  EXPECT_THAT(printed_, HasSubstr("hung"));
+}
+
+TEST_F(AgentTest, HeartbeatsKeepAWorkerAlive) {
+  o_.worker_timeout = absl::Seconds(10);
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    for (int i = 1; i <= 5; ++i) {
+      p.CallAt(s.time + absl::Seconds(8 * i), [this, s] {
+        RankReport hb;
+        hb.local_rank = std::stoi(s.spec.env.at("LOCAL_RANK"));
+        hb.pid = s.pid;
+        board_.Heartbeat(hb);
+      });
+    }
+    p.ExitAt(s.pid, s.time + absl::Seconds(45), ExitStatus::Exited(0));
+  };
+  EXPECT_EQ(Run().exit_code, 0);
+}
+
+TEST_F(AgentTest, RoundEndRestartsWithoutConsumingRestarts) {
+  o_.max_restarts = 0;
+  int starts = 0;
+  processes_.on_start = [this, &starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    ++starts;
+    if (starts == 1) p.CallAt(s.time + absl::Seconds(1), [this] { monitor_.End("node b joined", false); });
+    if (starts > 2) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_EQ(r.restart_count, 0);
+  ASSERT_EQ(processes_.started().size(), 4u);
+  EXPECT_EQ(Env(2, "TORCHELASTIC_RESTART_COUNT"), "0");
+  EXPECT_EQ(monitor_.restart_counts(), (std::vector<int>{0, 0}));
+  EXPECT_EQ(rdzv_.joins().size(), 2u);
+}
+
+TEST_F(AgentTest, RunClosedByAnotherNodeExits1) {
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    p.CallAt(s.time + absl::Seconds(1), [this] { monitor_.End("rank 3 failed", true); });
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(processes_.alive().empty());
+  // Off the participant list, so a node serving the rendezvous need not
+  // wait for it.
+  EXPECT_EQ(rdzv_.leaves(), std::vector<std::string>{"the run was closed"});
+}
+
+TEST_F(AgentTest, JoinFailureExits1WithoutStartingAnything) {
+  rdzv_.join_error = absl::DeadlineExceededError("join_timeout passed");
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(processes_.started().empty());
+}
+
+TEST_F(AgentTest, ExecFailureIsAFailure) {
+  processes_.fail_starts = 1;
+  ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(0));
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(printed_, HasSubstr("cannot exec"));
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
+TEST_F(AgentTest, ErrorFileMessageIsInTheSummary) {
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    if (s.spec.env.at("LOCAL_RANK") != "0") return;
+    std::ofstream(s.spec.env.at("TORCHELASTIC_ERROR_FILE"))
+        << R"json({"message": {"message": "RuntimeError: out of data", "extraInfo": {"py_callstack": "main()", "timestamp": "1700000001"}}})json";
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(1));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(printed_, HasSubstr("RuntimeError: out of data"));
+  EXPECT_THAT(printed_, HasSubstr(log_root_ + "/attempt_0/0/error.json"));
+}
+
+TEST_F(AgentTest, ExitBarrierWaitsForTheOtherNodes) {
+  FakeRendezvousClient two(/*group_rank=*/1, /*group_world_size=*/2);
+  o_.rdzv = &two;
+  ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(0));
+  ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/0", "1").ok());  // the other node is done
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(*two.store()->Get("cpptorchrun/exit_barrier/1", absl::ZeroDuration()), "1");
+  EXPECT_EQ(Env(0, "RANK"), "2");
+  EXPECT_EQ(Env(0, "GROUP_RANK"), "1");
+  EXPECT_EQ(Env(0, "WORLD_SIZE"), "4");
+  EXPECT_EQ(Env(0, "GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(Env(0, "MASTER_ADDR"), "10.9.9.9");
+}
+
+TEST_F(AgentTest, RoundEndDuringTheExitBarrierRejoins) {
+  FakeRendezvousClient two(/*group_rank=*/0, /*group_world_size=*/2);
+  o_.rdzv = &two;
+  o_.blocking_call_grace = absl::ZeroDuration();
+  o_.exit_barrier_timeout = absl::Seconds(30);
+  int starts = 0;
+  processes_.on_start = [this, &starts, &two](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+    // While the first group waits in the barrier, another node restarts.
+    if (++starts == 2) p.CallAt(s.time + absl::Seconds(3), [this] { monitor_.End("node 1 rejoined", false); });
+    // In the next round the other node (group rank 1) finishes too.
+    if (starts == 3) {
+      ASSERT_TRUE(two.store()->Set("cpptorchrun/exit_barrier/1", "1").ok());
+    }
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_EQ(r.restart_count, 0);
+  EXPECT_EQ(two.joins().size(), 2u);
+}
+
+TEST_F(AgentTest, LogFilesAndConsoleFilter) {
+  o_.redirects.all = kStdErr;
+  o_.tee.all = kStdOut;
+  o_.local_ranks_filter = {1};
+  o_.log_line_prefix_template = "${role_name}/${rank}/${local_rank}|";
+  ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(0));
+  EXPECT_EQ(Run().exit_code, 0);
+  const ProcessSpec s0 = processes_.started()[0].spec;
+  const ProcessSpec s1 = processes_.started()[1].spec;
+  EXPECT_EQ(s0.stdout_sink.file_path, log_root_ + "/attempt_0/0/stdout.log");
+  EXPECT_EQ(s0.stderr_sink.file_path, log_root_ + "/attempt_0/0/stderr.log");
+  EXPECT_EQ(s0.stdout_sink.console_fd, -1);  // filtered out
+  EXPECT_EQ(s1.stdout_sink.console_fd, 1);   // tee: file and console
+  EXPECT_EQ(s1.stderr_sink.console_fd, -1);  // redirected: file only
+  EXPECT_EQ(s1.stdout_sink.prefix, "default/1/1|");
+}
+
+TEST(LinePrefix, Template) {
+  EXPECT_EQ(ExpandLinePrefix("", "trainer", 5, 1), "[trainer1]:");
+  EXPECT_EQ(ExpandLinePrefix("[$rank]", "r", 5, 1), "[5]");
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,50 @@
+// The supervision rules.
+#include "launcher/agent/restart_policy.h"
+
+namespace cpptorchrun::launcher {
+
+GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now,
+                      absl::Duration worker_timeout, absl::Duration monitor_interval) {
+  GroupCheck check;
+  check.next_check = now + monitor_interval;
+  bool all_succeeded = true;
+  for (int i = 0; i < static_cast<int>(workers.size()); ++i) {
+    const WorkerView& w = workers[i];
+    if (w.exited) {
+      if (!w.status.success()) check.failed.push_back(i);
+      all_succeeded = all_succeeded && w.status.success();
+      continue;
+    }
+    all_succeeded = false;
+    if (w.last_heartbeat.has_value() && !w.finished) {
+      absl::Time deadline = *w.last_heartbeat + worker_timeout;
+      if (now >= deadline) {
+        check.hung.push_back(i);
+      } else if (deadline < check.next_check) {
+        check.next_check = deadline;
+      }
+    }
+  }
+  if (!check.failed.empty() || !check.hung.empty()) {
+    check.outcome = GroupOutcome::kFailed;
+  } else if (all_succeeded) {
+    check.outcome = GroupOutcome::kSucceeded;
+  }
+  return check;
+}
+
+NextAction DecideNext(StopCause cause, int restart_count, int max_restarts) {
+  switch (cause) {
+    case StopCause::kSucceeded:
+      return NextAction::kExitSuccess;
+    case StopCause::kWorkerFailed:
+      return restart_count < max_restarts ? NextAction::kRestartCounted : NextAction::kExitFailure;
+    case StopCause::kMembershipChanged:
+      return NextAction::kRestartFree;
+    case StopCause::kRunClosed:
+      return NextAction::kExitFailure;
+  }
+  return NextAction::kExitFailure;
+}
+
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,57 @@
+// The supervision rules as pure functions of (now, state, options): whether
+// a worker group is running, succeeded or failed (a worker exited non-zero
+// or fell silent past --worker_timeout), when to look again, and what to do
+// after a group stops.
+#ifndef CPPTORCHRUN_LAUNCHER_RESTART_POLICY_H_
+#define CPPTORCHRUN_LAUNCHER_RESTART_POLICY_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "launcher/workers/process.h"
+
+namespace cpptorchrun::launcher {
+
+struct WorkerView {
+  bool exited = false;
+  ExitStatus status;
+  std::optional<absl::Time> last_heartbeat;  // none: never heartbeated
+  bool finished = false;                     // sent FINISHED
+};
+
+enum class GroupOutcome { kRunning, kSucceeded, kFailed };
+
+struct GroupCheck {
+  GroupOutcome outcome = GroupOutcome::kRunning;
+  std::vector<int> failed;  // local ranks that exited non-zero
+  std::vector<int> hung;    // local ranks silent past worker_timeout
+  absl::Time next_check;    // when to look again at the latest
+};
+
+// kFailed when any worker exited non-zero or is hung; kSucceeded when all
+// exited 0; else kRunning. next_check is the earliest hang deadline, bounded
+// by now + monitor_interval.
+GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now,
+                      absl::Duration worker_timeout, absl::Duration monitor_interval);
+
+enum class StopCause {
+  kSucceeded,
+  kWorkerFailed,       // exited non-zero, crashed or hung
+  kMembershipChanged,  // a node died, left, or waits to join: the round ended
+  kRunClosed,          // another node closed the run (out of restarts)
+};
+
+enum class NextAction {
+  kExitSuccess,
+  kRestartCounted,  // re-rendezvous; TORCHELASTIC_RESTART_COUNT + 1
+  kRestartFree,     // re-rendezvous without consuming --max_restarts
+  kExitFailure,
+};
+
+NextAction DecideNext(StopCause cause, int restart_count, int max_restarts);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_RESTART_POLICY_H_

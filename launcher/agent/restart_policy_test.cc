@@ -1,0 +1,82 @@
+// Tests of the supervision rules with made-up times (no sleeping), and of
+// the progress board that feeds them.
+#include "launcher/agent/restart_policy.h"
+
+#include <signal.h>
+
+#include "gtest/gtest.h"
+#include "launcher/agent/progress_board.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+TEST(CheckGroup, RunningSucceededFailed) {
+  std::vector<WorkerView> w(2);
+  auto c = CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5));
+  EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
+  EXPECT_EQ(c.next_check, kT0 + absl::Seconds(5));
+  w[0].exited = true;
+  EXPECT_EQ(CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5)).outcome, GroupOutcome::kRunning);
+  w[1].exited = true;
+  EXPECT_EQ(CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5)).outcome, GroupOutcome::kSucceeded);
+  w[1].status = ExitStatus::Killed(SIGSEGV);
+  c = CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5));
+  EXPECT_EQ(c.outcome, GroupOutcome::kFailed);
+  EXPECT_EQ(c.failed, std::vector<int>{1});
+}
+
+TEST(CheckGroup, HungAfterSilence) {
+  std::vector<WorkerView> w(3);
+  w[1].last_heartbeat = kT0;
+  w[2].last_heartbeat = kT0 + absl::Seconds(3);
+  // Before the timeout: running, and the next check is the first deadline.
+  auto c = CheckGroup(w, kT0 + absl::Seconds(2), absl::Seconds(4), absl::Seconds(60));
+  EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
+  EXPECT_EQ(c.next_check, kT0 + absl::Seconds(4));
+  c = CheckGroup(w, kT0 + absl::Seconds(4), absl::Seconds(4), absl::Seconds(60));
+  EXPECT_EQ(c.outcome, GroupOutcome::kFailed);
+  EXPECT_EQ(c.hung, std::vector<int>{1});
+  EXPECT_EQ(c.next_check, kT0 + absl::Seconds(7));
+  // A worker that never heartbeated is never hung; one that finished neither.
+  w[1].finished = true;
+  c = CheckGroup(w, kT0 + absl::Seconds(5), absl::Seconds(4), absl::Seconds(60));
+  EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
+}
+
+TEST(DecideNext, RestartsOnlyFailuresCount) {
+  EXPECT_EQ(DecideNext(StopCause::kSucceeded, 0, 3), NextAction::kExitSuccess);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 0, 3), NextAction::kRestartCounted);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 2, 3), NextAction::kRestartCounted);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 3, 3), NextAction::kExitFailure);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 0, 0), NextAction::kExitFailure);
+  EXPECT_EQ(DecideNext(StopCause::kMembershipChanged, 3, 3), NextAction::kRestartFree);
+  EXPECT_EQ(DecideNext(StopCause::kRunClosed, 0, 3), NextAction::kExitFailure);
+}
+
+TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
+  rdzv::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Reset({11, 12});
+  RankReport r;
+  r.local_rank = 1;
+  r.pid = 99;  // not the worker at local rank 1
+  EXPECT_FALSE(board.Heartbeat(r));
+  r.pid = 12;
+  r.step = 5;
+  clock.Advance(absl::Seconds(2));
+  EXPECT_TRUE(board.Heartbeat(r));
+  EXPECT_EQ(*board.LastHeartbeat(1), kT0 + absl::Seconds(2));
+  EXPECT_FALSE(board.LastHeartbeat(0).has_value());
+  EXPECT_TRUE(board.RecordEvent(1, 12, ProgressBoard::Event::kFinished, 5));
+  EXPECT_TRUE(board.Finished(1));
+  EXPECT_FALSE(board.RecordEvent(0, 12, ProgressBoard::Event::kFinished, 5));
+  ASSERT_EQ(board.Snapshot().size(), 1u);
+  EXPECT_EQ(board.Snapshot()[0].step, 5);
+  board.Reset({21, 22});
+  EXPECT_TRUE(board.Snapshot().empty());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

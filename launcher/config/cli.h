@@ -1,0 +1,151 @@
+// The command line: torchrun's flags (both spellings, PET_* environment
+// fallbacks, torchrun's defaults) and cpptorchrun's own, parsed and
+// validated into a LaunchConfig, or a StatusConfig for `cpptorchrun status`.
+//
+// Parsing is a pure function of (argv, environment): nothing is started and
+// nothing outside is read. Every bad value, unknown flag or impossible
+// combination yields InvalidArgument whose message is one line naming the
+// flag (or PET_* variable) and what is allowed; main prints it and exits 2.
+#ifndef CPPTORCHRUN_LAUNCHER_CLI_H_
+#define CPPTORCHRUN_LAUNCHER_CLI_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/workers/std_spec.h"
+#include "rendezvous/endpoint.h"
+
+namespace cpptorchrun::launcher {
+
+inline constexpr char kVersion[] = "0.1.0";
+inline constexpr int kDefaultC10dPort = rdzv::kDefaultRendezvousPort;
+
+// Parses a rendezvous endpoint flag value with rdzv::ParseEndpoint:
+// host[:port], [v6][:port], or a bare IPv6 address (no brackets, so no port)
+// standing for [v6]. `default_port` fills a missing port. Errors
+// (InvalidArgument) are one line that starts with `what` (the flag or PET_*
+// variable) followed by the endpoint parser's reason.
+absl::StatusOr<rdzv::Endpoint> ParseEndpointFlag(const std::string& text, int default_port,
+                                                 const std::string& what);
+
+enum class NprocKind { kCount, kGpu, kCpu, kAuto };
+
+enum class RdzvBackend { kStatic, kC10d };
+
+// How the training program is run.
+enum class ProgramMode {
+  kPython,      // a .py file under $PYTHON_EXEC (else python3) -u
+  kModule,      // -m: python -u -m <module>
+  kExecutable,  // --no_python, or an executable that is not a .py file
+};
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  NprocKind nproc_kind = NprocKind::kCount;
+  int nproc_per_node = 1;  // meaningful for kCount
+  int node_rank = 0;
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  // Set when --rdzv_endpoint (or, for static multi-node, master addr/port)
+  // names a rendezvous service; empty host: none given.
+  rdzv::Endpoint rdzv_endpoint;
+  bool has_rdzv_endpoint = false;
+  // Static multi-node without --rdzv_endpoint: the endpoint is
+  // --master_addr:--master_port, and node rank 0 serves the rendezvous there.
+  bool rdzv_endpoint_from_master = false;
+  std::string rdzv_id = "none";
+  bool rdzv_id_given = false;  // on the command line or in PET_RDZV_ID
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  absl::Duration monitor_interval = absl::Seconds(5);
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: a private temporary folder
+  StdSpec redirects;
+  StdSpec tee;
+  std::vector<int> local_ranks_filter;  // empty: every local rank
+  // torchrun 2.x: lines of tee'd streams matching any filter are copied to
+  // attempt_<k>/filtered_{stdout,stderr}.log.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  bool virtual_local_rank = false;
+  std::string event_log_handler = "null";
+  // --numa_binding: node, socket, exclusive, core-complex; empty: none.
+  std::string numa_binding;
+  std::string master_addr = "127.0.0.1";
+  bool master_addr_given = false;
+  int master_port = 29500;
+  bool master_port_given = false;
+  std::string local_addr;  // empty: derived (see main)
+  std::vector<int> signals_to_handle;  // signal numbers
+  // cpptorchrun's own.
+  int fake_gpus = 0;  // 0: real devices
+  absl::Duration worker_timeout = absl::Seconds(300);
+  absl::Duration shutdown_timeout = absl::Seconds(30);
+  absl::Duration exit_barrier_timeout = absl::Seconds(300);
+  std::string log_level = "info";
+
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+
+  // What the command line asked for that cpptorchrun takes but does not use
+  // (unknown --rdzv_conf keys: torchrun hands them to its backend, which
+  // ignores what it does not know); the launcher logs each as a warning.
+  std::vector<std::string> warnings;
+  // Informational lines for the launcher's first log lines (what was taken
+  // from Slurm's environment).
+  std::vector<std::string> notes;
+};
+
+// Derived from the program flags and the script's name.
+ProgramMode ModeOf(const LaunchConfig& config);
+
+struct StatusConfig {
+  rdzv::Endpoint rdzv_endpoint;
+  std::string rdzv_id;
+  std::string log_level = "warn";
+  // --rdzv_conf token_file / cacert (else CPPTORCHRUN_RDZV_TOKEN_FILE /
+  // CPPTORCHRUN_RDZV_CA_FILE, as a worker's environment has them).
+  std::string token_file;
+  std::string ca_file;
+};
+
+struct ParsedCommandLine {
+  enum class Kind { kLaunch, kStatus, kHelp, kVersion };
+  Kind kind = Kind::kLaunch;
+  LaunchConfig launch;
+  StatusConfig status;
+  std::string text;  // --help / --version output
+};
+
+// A long flag of the launcher (its underscored spelling, without "--").
+struct LongFlag {
+  std::string key;
+  bool takes_value = true;
+};
+
+// argparse's rule for the launcher's own flags (those before the program):
+// an unambiguous prefix of a long flag, in either spelling (dashes or
+// underscores), is rewritten as the whole flag ("--nproc=2" ->
+// "--nproc_per_node=2"); an exact name always wins; a prefix of several is
+// InvalidArgument naming them. Everything from the program on is left as
+// it is. argv[0] is the program name.
+absl::StatusOr<std::vector<std::string>> ExpandFlagPrefixes(const std::vector<std::string>& argv,
+                                                          const std::vector<LongFlag>& flags);
+
+// argv[0] is the program name. `env` holds the environment (PET_*,
+// CPPTORCHRUN_FAKE_GPUS); flags given on the command line win over it.
+absl::StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& argv,
+                                                   const std::map<std::string, std::string>& env);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_CLI_H_

@@ -1,0 +1,135 @@
+#include "launcher/config/slurm.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+absl::Status Bad(absl::string_view hostlist, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("hostlist '", hostlist, "': ", why));
+}
+
+// The numbers of one bracket group's contents ("01-04,07") as strings.
+absl::StatusOr<std::vector<std::string>> ExpandGroup(absl::string_view hostlist, absl::string_view group,
+                                                     size_t max_hosts) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(group, ',')) {
+    std::vector<absl::string_view> ends = absl::StrSplit(part, absl::MaxSplits('-', 1));
+    for (absl::string_view e : ends) {
+      if (e.empty() || !std::all_of(e.begin(), e.end(), absl::ascii_isdigit) || e.size() > 18) {
+        return Bad(hostlist, absl::StrCat("'", part, "' is not a number or a range of numbers"));
+      }
+    }
+    uint64_t lo = 0, hi = 0;
+    absl::SimpleAtoi(ends[0], &lo);
+    hi = lo;
+    if (ends.size() == 2) absl::SimpleAtoi(ends[1], &hi);
+    if (hi < lo) return Bad(hostlist, absl::StrCat("the range '", part, "' runs backwards"));
+    if (hi - lo >= max_hosts || out.size() + (hi - lo + 1) > max_hosts) {
+      return Bad(hostlist, absl::StrCat("more than ", max_hosts, " hosts"));
+    }
+    const size_t width = ends[0].size();
+    for (uint64_t n = lo; n <= hi; ++n) {
+      std::string s = absl::StrCat(n);
+      if (s.size() < width) s.insert(0, width - s.size(), '0');
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view hostlist, size_t max_hosts) {
+  std::vector<std::string> hosts;
+  // Split at top-level commas.
+  std::vector<absl::string_view> items;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < hostlist.size(); ++i) {
+    const char c = hostlist[i];
+    if (c == '[') {
+      if (++depth > 1) return Bad(hostlist, "nested brackets");
+    } else if (c == ']') {
+      if (--depth < 0) return Bad(hostlist, "a ']' without its '['");
+    } else if (c == ',' && depth == 0) {
+      items.push_back(hostlist.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (depth != 0) return Bad(hostlist, "a '[' without its ']'");
+  items.push_back(hostlist.substr(start));
+  for (absl::string_view item : items) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) continue;
+    // The item's expansions, growing group by group (Slurm's order: the
+    // first group varies slowest).
+    std::vector<std::string> partial = {""};
+    size_t pos = 0;
+    while (pos < item.size()) {
+      size_t open = item.find('[', pos);
+      std::string literal(item.substr(pos, open == absl::string_view::npos ? absl::string_view::npos : open - pos));
+      for (std::string& p : partial) p += literal;
+      if (open == absl::string_view::npos) break;
+      size_t close = item.find(']', open);
+      auto numbers = ExpandGroup(hostlist, item.substr(open + 1, close - open - 1), max_hosts);
+      if (!numbers.ok()) return numbers.status();
+      if (partial.size() * numbers->size() + hosts.size() > max_hosts) {
+        return Bad(hostlist, absl::StrCat("more than ", max_hosts, " hosts"));
+      }
+      std::vector<std::string> next;
+      next.reserve(partial.size() * numbers->size());
+      for (const std::string& p : partial) {
+        for (const std::string& n : *numbers) next.push_back(p + n);
+      }
+      partial = std::move(next);
+      pos = close + 1;
+    }
+    for (std::string& h : partial) hosts.push_back(std::move(h));
+  }
+  if (hosts.empty()) return Bad(hostlist, "no hosts");
+  return hosts;
+}
+
+absl::StatusOr<SlurmDefaults> SlurmDefaultsFrom(const std::map<std::string, std::string>& env) {
+  SlurmDefaults out;
+  auto get = [&](const std::string& name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? "" : it->second;
+  };
+  if (get("CPPTORCHRUN_SLURM") == "0" || get("SLURM_STEP_ID").empty() || get("SLURM_JOB_ID").empty()) {
+    return out;
+  }
+  auto take = [&](const std::string& key, const std::string& value, const std::string& source) {
+    out.values[key] = value;
+    out.sources[key] = source;
+  };
+  const std::string nodelist_var = !get("SLURM_JOB_NODELIST").empty() ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
+  if (const std::string nodelist = get(nodelist_var); !nodelist.empty()) {
+    auto hosts = ExpandHostlist(nodelist);
+    if (!hosts.ok()) return absl::InvalidArgumentError(absl::StrCat(nodelist_var, ": ", hosts.status().message()));
+    take("rdzv_backend", "c10d", "Slurm");
+    take("rdzv_endpoint", absl::StrCat(hosts->front(), ":29400"), absl::StrCat("the first host of ", nodelist_var));
+  }
+  const std::string nnodes_var = !get("SLURM_NNODES").empty() ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES";
+  if (const std::string n = get(nnodes_var); !n.empty()) {
+    int v = 0;
+    if (!absl::SimpleAtoi(n, &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(nnodes_var, "=", n, " is not a node count"));
+    }
+    take("nnodes", n, nnodes_var);
+  }
+  take("rdzv_id", get("SLURM_JOB_ID"), "SLURM_JOB_ID");
+  take("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
+       "Slurm's preemption signals SIGUSR1/SIGUSR2");
+  out.job = absl::StrCat("Slurm job ", get("SLURM_JOB_ID"), " step ", get("SLURM_STEP_ID"),
+                         get("SLURM_NODEID").empty() ? "" : absl::StrCat(" (node ", get("SLURM_NODEID"), ")"));
+  return out;
+}
+
+}  // namespace cpptorchrun::launcher

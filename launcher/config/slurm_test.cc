@@ -1,0 +1,91 @@
+#include "launcher/config/slurm.h"
+
+#include <csignal>
+
+#include "gtest/gtest.h"
+#include "launcher/config/cli.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+using Hosts = std::vector<std::string>;
+
+TEST(ExpandHostlist, SlurmsNotation) {
+  EXPECT_EQ(*ExpandHostlist("node01"), Hosts{"node01"});
+  EXPECT_EQ(*ExpandHostlist("node[01-04,07]"), (Hosts{"node01", "node02", "node03", "node04", "node07"}));
+  EXPECT_EQ(*ExpandHostlist("a,b[8-10],c"), (Hosts{"a", "b8", "b9", "b10", "c"}));
+  EXPECT_EQ(*ExpandHostlist("rack[1-2]-n[1-2]"), (Hosts{"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"}));
+  EXPECT_EQ(*ExpandHostlist("gpu[098-101]"), (Hosts{"gpu098", "gpu099", "gpu100", "gpu101"}));
+}
+
+TEST(ExpandHostlist, BrokenListsNameTheProblem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"node[01-04", "without its ']'"}, {"node01-04]", "without its '['"}, {"n[[1]]", "nested"},
+      {"n[4-1]", "runs backwards"},     {"n[a-b]", "not a number"},        {"n[]", "not a number"},
+      {"", "no hosts"},                  {"n[0-99999999]", "more than"},
+  };
+  for (const auto& [list, why] : cases) {
+    auto hosts = ExpandHostlist(list, 1000);
+    ASSERT_FALSE(hosts.ok()) << list;
+    EXPECT_NE(hosts.status().message().find(why), std::string::npos) << hosts.status();
+  }
+}
+
+std::map<std::string, std::string> SrunEnv() {
+  return {{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+          {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"}};
+}
+
+TEST(SlurmDefaults, OnlyInsideAJobStep) {
+  auto env = SrunEnv();
+  EXPECT_FALSE(SlurmDefaultsFrom(env)->values.empty());
+  env.erase("SLURM_STEP_ID");  // the batch script itself, not srun
+  EXPECT_TRUE(SlurmDefaultsFrom(env)->values.empty());
+  env = SrunEnv();
+  env["CPPTORCHRUN_SLURM"] = "0";
+  EXPECT_TRUE(SlurmDefaultsFrom(env)->values.empty());
+  env = SrunEnv();
+  env["SLURM_JOB_NODELIST"] = "gpu[07-";
+  auto bad = SlurmDefaultsFrom(env);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("SLURM_JOB_NODELIST"), std::string::npos);
+}
+
+LaunchConfig Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  std::vector<std::string> argv = {"cpptorchrun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto parsed = ParseCommandLine(argv, env);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? parsed->launch : LaunchConfig{};
+}
+
+TEST(SlurmDefaults, FillWhatTheCommandLineDoesNotSay) {
+  LaunchConfig c = Launch({"--nproc_per_node=2", "train"}, SrunEnv());
+  EXPECT_EQ(c.min_nodes, 2);
+  EXPECT_EQ(c.max_nodes, 2);
+  EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
+  EXPECT_EQ(c.rdzv_endpoint.host, "gpu07");
+  EXPECT_EQ(c.rdzv_endpoint.port, 29400);
+  EXPECT_EQ(c.rdzv_id, "4242");
+  EXPECT_NE(std::find(c.signals_to_handle.begin(), c.signals_to_handle.end(), SIGUSR1), c.signals_to_handle.end());
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("Slurm job 4242 step 0 (node 1): took "), std::string::npos) << c.notes[0];
+  EXPECT_NE(c.notes[0].find("--nnodes 2 (SLURM_NNODES)"), std::string::npos) << c.notes[0];
+  // The command line and PET_* win; only what is left comes from Slurm.
+  auto env = SrunEnv();
+  env["PET_RDZV_ID"] = "mine";
+  c = Launch({"--nnodes=1:2", "--rdzv_endpoint=head:1234", "train"}, env);
+  EXPECT_EQ(c.max_nodes, 2);
+  EXPECT_EQ(c.min_nodes, 1);
+  EXPECT_EQ(c.rdzv_endpoint.host, "head");
+  EXPECT_EQ(c.rdzv_id, "mine");
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_EQ(c.notes[0].find("--rdzv_id"), std::string::npos) << c.notes[0];
+  // --standalone takes nothing from Slurm.
+  c = Launch({"--standalone", "--nproc_per_node=2", "train"}, SrunEnv());
+  EXPECT_EQ(c.max_nodes, 1);
+  EXPECT_TRUE(c.notes.empty());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

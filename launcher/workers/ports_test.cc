@@ -1,0 +1,75 @@
+// Tests of the free-port finder (loopback only).
+#include "launcher/workers/ports.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
+  auto finder = NewRealPortFinder();
+  auto port = finder->FindFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_GT(*port, 0);
+  EXPECT_FALSE(PortIsFree("127.0.0.1", *port)) << "held: nobody else may take it";
+  finder->ReleaseHeld();
+  EXPECT_TRUE(PortIsFree("127.0.0.1", *port));
+
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(*port);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  EXPECT_FALSE(PortIsFree("127.0.0.1", *port));
+  // While it is held, the finder never hands it out.
+  for (int i = 0; i < 50; ++i) {
+    auto other = finder->FindFreePort("127.0.0.1");
+    ASSERT_TRUE(other.ok());
+    EXPECT_NE(*other, *port);
+  }
+  close(fd);
+}
+
+TEST(Ports, AHeldPortIsStillBindableByAWorkerThatReusesAddresses) {
+  // As a worker's TCPStore does at MASTER_PORT: SO_REUSEADDR, bind, listen.
+  auto finder = NewRealPortFinder();
+  auto port = finder->FindFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(*port);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  EXPECT_EQ(listen(fd, 1), 0) << strerror(errno);
+  close(fd);
+}
+
+TEST(Ports, Ipv6LoopbackWhenAvailable) {
+  int probe = socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) GTEST_SKIP() << "no IPv6 sockets on this machine";
+  close(probe);
+  auto port = NewRealPortFinder()->FindFreePort("::1");
+  if (!port.ok()) GTEST_SKIP() << "::1 not configured: " << port.status();
+  EXPECT_GT(*port, 0);
+}
+
+TEST(Ports, UnresolvableHostIsAnError) {
+  auto port = NewRealPortFinder()->FindFreePort("no-such-host.invalid");
+  EXPECT_FALSE(port.ok());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,105 @@
+// Worker processes: the ProcessLauncher interface the elastic agent starts,
+// signals and reaps its workers through, and the real implementation (fork
+// and exec, each worker leading its own process group, PR_SET_PDEATHSIG so
+// workers die with the launcher, output through the LogMux, SIGCHLD and the
+// forwarded signals read from a signalfd).
+#ifndef CPPTORCHRUN_LAUNCHER_PROCESS_H_
+#define CPPTORCHRUN_LAUNCHER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "launcher/workers/log_mux.h"
+
+namespace cpptorchrun::launcher {
+
+// How a process ended.
+struct ExitStatus {
+  bool signaled = false;
+  int code = 0;    // exit code when !signaled
+  int signal = 0;  // terminating signal when signaled
+
+  static ExitStatus Exited(int code) { return {false, code, 0}; }
+  static ExitStatus Killed(int signo) { return {true, 0, signo}; }
+  static ExitStatus FromWaitStatus(int wait_status);
+  bool success() const { return !signaled && code == 0; }
+  // What the launcher exits with when this is the root cause: the code, or
+  // 128 + signal.
+  int LauncherExitCode() const { return signaled ? 128 + signal : code; }
+  // torchrun's exitcode: the code, or minus the signal.
+  int TorchrunExitCode() const { return signaled ? -signal : code; }
+  // "exit code 3" or "signal SIGSEGV (11)".
+  std::string ToString() const;
+};
+
+struct ProcessSpec {
+  // argv[0] is the path to exec (already resolved).
+  std::vector<std::string> argv;
+  // The whole environment of the process.
+  std::map<std::string, std::string> env;
+  StreamSink stdout_sink;
+  StreamSink stderr_sink;
+  // --numa_binding: the CPUs the process may run on (empty: the launcher's)
+  // and the NUMA node its memory is preferred on (-1: none). Applied in the
+  // child before exec; best effort (a kernel that refuses leaves it unbound).
+  std::vector<int> cpus;
+  int memory_node = -1;
+};
+
+struct ProcessEvent {
+  enum class Kind { kExited, kSignal, kWakeup };
+  Kind kind = Kind::kWakeup;
+  pid_t pid = 0;        // kExited
+  ExitStatus status;    // kExited
+  int signo = 0;        // kSignal: a signal the launcher received
+};
+
+// Used from one thread (the agent's), except Wakeup, which is thread-safe.
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+
+  // Starts a process that leads its own process group. Errors: the program
+  // could not be exec'd (nothing is left running).
+  virtual absl::StatusOr<pid_t> Start(const ProcessSpec& spec) = 0;
+
+  // Sends `signo` to the process group led by `pid` (no-op once it is gone).
+  virtual void SignalGroup(pid_t pid, int signo) = 0;
+
+  // Blocks until something happens or `deadline`: child exits (every child
+  // is reaped, including adopted orphans, which callers ignore), signals the
+  // launcher received, a Wakeup. Empty at the deadline.
+  virtual std::vector<ProcessEvent> Wait(absl::Time deadline) = 0;
+
+  // Makes a Wait return (from any thread).
+  virtual void Wakeup() = 0;
+
+  // Waits until the output of every process started so far is written out,
+  // or `deadline`.
+  virtual void DrainOutput(absl::Time deadline) = 0;
+};
+
+// Blocks SIGCHLD and `signals` in the calling thread. Call it at the start
+// of main, before any thread exists, so that every thread inherits the mask
+// and only the launcher's signalfd sees these signals.
+void BlockLauncherSignals(const std::vector<int>& signals);
+
+struct RealProcessLauncherOptions {
+  // Signals reported as kSignal events (they must be blocked, see above).
+  std::vector<int> signals;
+  // Become a child subreaper, so orphaned grandchildren are reaped here.
+  bool subreaper = true;
+};
+
+absl::StatusOr<std::unique_ptr<ProcessLauncher>> NewRealProcessLauncher(
+    const RealProcessLauncherOptions& options);
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_PROCESS_H_

@@ -1,0 +1,126 @@
+// Tests of the real process launcher with real children: exit codes,
+// signals, process groups, exec errors, forwarded signals, output.
+#include "launcher/workers/process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto l = NewRealProcessLauncher({{SIGUSR1}, true});
+    ASSERT_TRUE(l.ok()) << l.status();
+    launcher_ = std::move(*l);
+    const char* t = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(t ? t : "/tmp", "/proc_XXXXXX");
+    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
+  }
+
+  ProcessSpec Shell(const std::string& script) {
+    ProcessSpec s;
+    s.argv = {"/bin/sh", "-c", script};
+    s.env = {{"PATH", "/usr/bin:/bin"}, {"MARK", "m1"}};
+    s.stdout_sink = {"[o]:", -1, dir_ + "/out.log"};
+    s.stderr_sink = {"[e]:", -1, dir_ + "/err.log"};
+    return s;
+  }
+
+  // Waits (bounded) for `pid` to exit.
+  std::optional<ExitStatus> WaitExit(pid_t pid, absl::Duration limit = absl::Seconds(30)) {
+    absl::Time deadline = absl::Now() + limit;
+    while (absl::Now() < deadline) {
+      for (const ProcessEvent& e : launcher_->Wait(deadline)) {
+        if (e.kind == ProcessEvent::Kind::kExited && e.pid == pid) return e.status;
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::unique_ptr<ProcessLauncher> launcher_;
+  std::string dir_;
+};
+
+TEST_F(ProcessTest, ExitCodeEnvAndOutput) {
+  auto pid = launcher_->Start(Shell("echo out $MARK; echo err >&2; exit 3"));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  auto st = WaitExit(*pid);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->signaled);
+  EXPECT_EQ(st->code, 3);
+  EXPECT_EQ(st->LauncherExitCode(), 3);
+  launcher_->DrainOutput(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(Read("out.log"), "out m1\n");
+  EXPECT_EQ(Read("err.log"), "err\n");
+}
+
+TEST_F(ProcessTest, SignalGroupKillsTheWholeGroup) {
+  auto pid = launcher_->Start(Shell("sleep 1000 & sleep 1000; wait"));
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(getpgid(*pid), *pid);  // leads its own group
+  launcher_->SignalGroup(*pid, SIGKILL);
+  auto st = WaitExit(*pid);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->signaled);
+  EXPECT_EQ(st->signal, SIGKILL);
+  EXPECT_EQ(st->LauncherExitCode(), 128 + SIGKILL);
+  EXPECT_EQ(st->ToString(), "signal SIGKILL (9)");
+  launcher_->DrainOutput(absl::Now() + absl::Seconds(10));
+}
+
+TEST_F(ProcessTest, ExecFailureIsAnErrorAndLeavesNothing) {
+  ProcessSpec s = Shell("");
+  s.argv = {dir_ + "/does-not-exist"};
+  auto pid = launcher_->Start(s);
+  ASSERT_FALSE(pid.ok());
+  EXPECT_NE(pid.status().message().find("does-not-exist"), std::string::npos);
+}
+
+TEST_F(ProcessTest, ReceivedSignalsAreEvents) {
+  kill(getpid(), SIGUSR1);
+  bool seen = false;
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!seen && absl::Now() < deadline) {
+    for (const ProcessEvent& e : launcher_->Wait(deadline)) {
+      if (e.kind == ProcessEvent::Kind::kSignal && e.signo == SIGUSR1) seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(ProcessTest, WakeupEndsAWait) {
+  std::thread t([this] { launcher_->Wakeup(); });
+  auto events = launcher_->Wait(absl::Now() + absl::Seconds(30));
+  t.join();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].kind, ProcessEvent::Kind::kWakeup);
+}
+
+TEST_F(ProcessTest, ChildSignalMaskIsReset) {
+  // SIGUSR1 is blocked in the launcher; the child must still die of it.
+  auto pid = launcher_->Start(Shell("kill -USR1 $$; sleep 5"));
+  ASSERT_TRUE(pid.ok());
+  auto st = WaitExit(*pid);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->signaled);
+  EXPECT_EQ(st->signal, SIGUSR1);
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher

@@ -1,0 +1,62 @@
+// The worker environment (docs/ENVIRONMENT.md).
+#include "launcher/workers/worker_env.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace cpptorchrun::launcher {
+
+std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
+  std::map<std::string, std::string> env = in.base;
+  // Variables of an outer launcher must not leak into ours.
+  for (const char* stale : {"CPPTORCHRUN_FAKE_GPU", "CPPTORCHRUN_FAKE_GPUS", "CPPTORCHRUN_AGENT_SOCKET",
+                            "CPPTORCHRUN_RDZV_ENDPOINT", "CPPTORCHRUN_RDZV_ROUND",
+                            "CPPTORCHRUN_RDZV_TOKEN_FILE", "CPPTORCHRUN_RDZV_CA_FILE", "CPPTORCHRUN_LOCAL_ADDR",
+                            "TORCHELASTIC_ERROR_FILE"}) {
+    env.erase(stale);
+  }
+  const int rank = in.rank_offset + in.local_rank;
+  env["RANK"] = absl::StrCat(rank);
+  env["LOCAL_RANK"] = absl::StrCat(in.local_rank);
+  env["GROUP_RANK"] = absl::StrCat(in.group_rank);
+  env["ROLE_RANK"] = absl::StrCat(rank);
+  env["ROLE_NAME"] = in.role;
+  env["ROLE_WORLD_SIZE"] = absl::StrCat(in.world_size);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(in.local_world_size);
+  env["WORLD_SIZE"] = absl::StrCat(in.world_size);
+  env["GROUP_WORLD_SIZE"] = absl::StrCat(in.group_world_size);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = absl::StrCat(in.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(in.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(in.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = in.run_id;
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (in.local_world_size > 1) env.emplace("OMP_NUM_THREADS", "1");
+
+  env["CPPTORCHRUN_RDZV_ROUND"] = absl::StrCat(in.round);
+  if (!in.rdzv_endpoint.empty()) env["CPPTORCHRUN_RDZV_ENDPOINT"] = in.rdzv_endpoint;
+  if (!in.rdzv_token_file.empty()) env["CPPTORCHRUN_RDZV_TOKEN_FILE"] = in.rdzv_token_file;
+  if (!in.rdzv_ca_file.empty()) env["CPPTORCHRUN_RDZV_CA_FILE"] = in.rdzv_ca_file;
+  if (!in.agent_socket.empty()) env["CPPTORCHRUN_AGENT_SOCKET"] = in.agent_socket;
+  if (!in.local_addr.empty()) env["CPPTORCHRUN_LOCAL_ADDR"] = in.local_addr;
+  if (in.fake_gpus > 0) {
+    env["CPPTORCHRUN_FAKE_GPU"] = absl::StrCat(in.local_rank);
+    env["CPPTORCHRUN_FAKE_GPUS"] = absl::StrCat(in.fake_gpus);
+  }
+  if (in.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";
+    std::string device = absl::StrCat(in.local_rank);
+    if (auto it = in.base.find("CUDA_VISIBLE_DEVICES"); it != in.base.end() && !it->second.empty()) {
+      std::vector<std::string> visible = absl::StrSplit(it->second, ',');
+      if (in.local_rank < static_cast<int>(visible.size())) device = visible[in.local_rank];
+    }
+    env["CUDA_VISIBLE_DEVICES"] = device;
+  }
+  return env;
+}
+
+}  // namespace cpptorchrun::launcher
