@@ -1,0 +1,87 @@
+#include "launcher/config/launch_flags.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+TEST(LaunchFlags, EveryFlagHasOneKeyAnEnvironmentVariableAndAnApplier) {
+  std::set<std::string> keys, envs;
+  for (const FlagSpec& f : LaunchFlags()) {
+    EXPECT_TRUE(keys.insert(f.key).second) << f.key;
+    EXPECT_TRUE(envs.insert(f.env).second) << f.env;
+    EXPECT_TRUE(static_cast<bool>(f.apply)) << f.key;
+    EXPECT_NE(f.names.find("--" + f.key), std::string::npos) << f.key << " is not spelled " << f.names;
+  }
+}
+
+TEST(LaunchFlags, EveryDefaultIsAValidValue) {
+  LaunchConfig c;
+  for (const FlagSpec& f : LaunchFlags()) {
+    EXPECT_TRUE(f.apply(FlagValue{f.default_value, "--" + f.key, false}, &c).ok()) << f.key;
+  }
+  EXPECT_EQ(c.min_nodes, 1);
+  EXPECT_EQ(c.rdzv_id, "none");
+  EXPECT_EQ(c.master_port, 29500);
+  EXPECT_EQ(c.signals_to_handle.size(), 4u);
+  EXPECT_EQ(c.worker_timeout, absl::Seconds(300));
+}
+
+TEST(LaunchFlags, AnErrorNamesTheSourceItWasGiven) {
+  for (const FlagSpec& f : LaunchFlags()) {
+    if (f.key != "nnodes") continue;
+    LaunchConfig c;
+    absl::Status s = f.apply(FlagValue{"3:2", "PET_NNODES", true}, &c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "PET_NNODES: expected N or MIN:MAX with 1 <= MIN <= MAX; got '3:2'");
+  }
+}
+
+TEST(CheckCombinations, StandaloneMeansC10dOnOneNode) {
+  LaunchConfig c;
+  c.standalone = true;
+  ASSERT_TRUE(CheckCombinations(&c).ok());
+  EXPECT_EQ(c.rdzv_backend, RdzvBackend::kC10d);
+  c.max_nodes = 2;
+  EXPECT_EQ(CheckCombinations(&c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckCombinations, ConflictingProgramKindsAreNamed) {
+  LaunchConfig c;
+  c.module = true;
+  c.no_python = true;
+  absl::Status s = CheckCombinations(&c);
+  EXPECT_NE(s.message().find("--no_python"), absl::string_view::npos) << s;
+}
+
+TEST(CheckCombinations, StaticMultiNodeMeetsAboveTheMasterPort) {
+  LaunchConfig c;
+  c.min_nodes = c.max_nodes = 2;
+  c.master_addr = "10.0.0.1";
+  c.master_port = 29500;
+  ASSERT_TRUE(CheckCombinations(&c).ok());
+  EXPECT_TRUE(c.rdzv_endpoint_from_master);
+  EXPECT_EQ(c.rdzv_endpoint.host, "10.0.0.1");
+  EXPECT_EQ(c.rdzv_endpoint.port, 29501);
+  LaunchConfig top;
+  top.min_nodes = top.max_nodes = 2;
+  top.master_port = 65535;
+  EXPECT_EQ(CheckCombinations(&top).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckCombinations, C10dMultiNodeNeedsAnEndpointWithAPort) {
+  LaunchConfig c;
+  c.rdzv_backend = RdzvBackend::kC10d;
+  c.max_nodes = 2;
+  EXPECT_EQ(CheckCombinations(&c).code(), absl::StatusCode::kInvalidArgument);
+  c.has_rdzv_endpoint = true;
+  c.rdzv_endpoint = rdzv::Endpoint{"h", 0};
+  EXPECT_EQ(CheckCombinations(&c).code(), absl::StatusCode::kInvalidArgument);
+  c.rdzv_endpoint.port = 29400;
+  EXPECT_TRUE(CheckCombinations(&c).ok());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher
