@@ -21,7 +21,6 @@
 #include "launcher/agent/agent_service.h"
 #include "launcher/agent/elastic_agent.h"
 #include "launcher/agent/event_log.h"
-#include "launcher/agent/local_rendezvous.h"
 #include "launcher/agent/progress_board.h"
 #include "launcher/agent/round_monitor.h"
 #include "launcher/config/cli.h"
@@ -159,173 +158,191 @@ std::string RandomUuid() {
   return out;
 }
 
-int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
-  // torchrun names a --standalone run with a fresh UUID (an explicit
-  // --rdzv_id is kept here, where torchrun would ignore it).
-  if (c.standalone && !c.rdzv_id_given) c.rdzv_id = RandomUuid();
-  // Devices and the program: any problem is a usage error, nothing started.
+// What this node runs, resolved on this machine before anything starts.
+// Any problem here is a usage error (InvalidArgument): nothing started.
+struct LocalPlan {
+  int nproc = 0;
+  bool uses_gpus = false;
+  std::vector<std::string> argv;
+  std::vector<Binding> numa;
+  std::string token, token_file;
+  TlsConf tls;
+};
+
+absl::StatusOr<LocalPlan> PlanLocal(const LaunchConfig& c, const std::map<std::string, std::string>& env) {
+  LocalPlan plan;
   std::unique_ptr<DeviceEnumerator> devices =
       c.fake_gpus > 0 ? NewFakeDeviceEnumerator(c.fake_gpus)
                       : NewRealDeviceEnumerator(env.count("CUDA_VISIBLE_DEVICES")
                                                     ? std::optional<std::string>(env.at("CUDA_VISIBLE_DEVICES"))
                                                     : std::nullopt);
-  bool uses_gpus = false;
-  auto nproc = ResolveNprocPerNode(c, *devices, &uses_gpus);
-  if (!nproc.ok()) return UsageError(nproc.status());
-  auto argv = ResolveProgram(c, env);
-  if (!argv.ok()) return UsageError(argv.status());
-  auto numa = NumaBindings(c, *devices, *nproc, uses_gpus);
-  if (!numa.ok()) return UsageError(numa.status());
-  std::string token;
-  std::string token_file;
+  absl::StatusOr<int> nproc = ResolveNprocPerNode(c, *devices, &plan.uses_gpus);
+  if (!nproc.ok()) return nproc.status();
+  plan.nproc = *nproc;
+  absl::StatusOr<std::vector<std::string>> argv = ResolveProgram(c, env);
+  if (!argv.ok()) return argv.status();
+  plan.argv = *argv;
+  absl::StatusOr<std::vector<Binding>> numa = NumaBindings(c, *devices, plan.nproc, plan.uses_gpus);
+  if (!numa.ok()) return numa.status();
+  plan.numa = *numa;
   if (auto it = c.rdzv_conf.find("token_file"); it != c.rdzv_conf.end()) {
     absl::StatusOr<std::string> read = base::ReadTokenFile(it->second);
     if (!read.ok()) {
-      return UsageError(absl::InvalidArgumentError(
-          absl::StrCat("--rdzv_conf token_file: ", read.status().message())));
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf token_file: ", read.status().message()));
     }
-    token = *read;
-    token_file = it->second;
+    plan.token = *read;
+    plan.token_file = it->second;
   }
-  auto tls = ReadTlsConf(c.rdzv_conf);
-  if (!tls.ok()) return UsageError(tls.status());
-  const std::string &tls_ca = tls->ca, &tls_cert = tls->cert, &tls_key = tls->key;
+  absl::StatusOr<TlsConf> tls = ReadTlsConf(c.rdzv_conf);
+  if (!tls.ok()) return tls.status();
+  plan.tls = *tls;
+  return plan;
+}
 
-  auto processes = NewRealProcessLauncher({HandledSignals(c), /*subreaper=*/true});
-  if (!processes.ok()) {
-    spdlog::error("{}", processes.status().ToString());
-    return 1;
-  }
-
-  // The private folder: the agent socket, and the logs without --log_dir.
-  auto run_dir = RunDir::Create(c.log_dir, c.rdzv_id);
-  if (!run_dir.ok()) return UsageError(run_dir.status());
-  if (!c.log_dir.empty()) spdlog::info("worker logs: {}", (*run_dir)->log_root());
-
-  const bool single_node = c.max_nodes == 1;
-  const LocalHost local = ReadLocalHost();
-  const std::vector<std::string> endpoint_addresses =
-      c.has_rdzv_endpoint ? ResolveHost(c.rdzv_endpoint.host) : std::vector<std::string>{};
-
-  // This node's address: what other nodes reach it at.
-  AddressInput address_in;
-  address_in.local_addr_flag = c.local_addr;
-  address_in.single_node = single_node;
-  address_in.endpoint_host = c.rdzv_endpoint.host;
+// This node's address: what other nodes reach it at (launcher/config/hosting.h).
+std::string ThisNodeAddress(const LaunchConfig& c, const LocalHost& local,
+                            const std::vector<std::string>& endpoint_addresses) {
+  AddressInput in;
+  in.local_addr_flag = c.local_addr;
+  in.single_node = c.max_nodes == 1;
+  in.endpoint_host = c.rdzv_endpoint.host;
   if (!endpoint_addresses.empty()) {
-    address_in.endpoint_address = endpoint_addresses.front();
-    address_in.route_source = RouteSource(endpoint_addresses.front());
+    in.endpoint_address = endpoint_addresses.front();
+    in.route_source = RouteSource(endpoint_addresses.front());
   }
-  const AddressChoice address = ChooseNodeAddress(address_in, local);
-  const std::string host = address.address;
-  if (single_node) {
-    spdlog::debug("this node's address: {} ({})", host, address.why);
+  const AddressChoice address = ChooseNodeAddress(in, local);
+  if (in.single_node) {
+    spdlog::debug("this node's address: {} ({})", address.address, address.why);
   } else {
-    spdlog::info("this node's address: {} ({})", host, address.why);
+    spdlog::info("this node's address: {} ({})", address.address, address.why);
   }
+  return address.address;
+}
 
-  // Who serves the rendezvous (launcher/config/hosting.h).
-  HostingInput hosting_in;
-  hosting_in.standalone = c.standalone;
-  hosting_in.single_node = single_node;
-  hosting_in.has_endpoint = c.has_rdzv_endpoint;
-  hosting_in.endpoint_from_master = c.rdzv_endpoint_from_master;
-  hosting_in.node_rank = c.node_rank;
-  hosting_in.endpoint_host = c.rdzv_endpoint.host;
-  hosting_in.endpoint_addresses = endpoint_addresses;
+// Who serves the rendezvous (launcher/config/hosting.h).
+HostingDecision DecideHostingFor(const LaunchConfig& c, const LocalHost& local,
+                        const std::vector<std::string>& endpoint_addresses) {
+  HostingInput in;
+  in.standalone = c.standalone;
+  in.single_node = c.max_nodes == 1;
+  in.has_endpoint = c.has_rdzv_endpoint;
+  in.endpoint_from_master = c.rdzv_endpoint_from_master;
+  in.node_rank = c.node_rank;
+  in.endpoint_host = c.rdzv_endpoint.host;
+  in.endpoint_addresses = endpoint_addresses;
   if (auto it = c.rdzv_conf.find("is_host"); it != c.rdzv_conf.end()) {
-    hosting_in.is_host = base::ParseBool(it->second, "--rdzv_conf is_host").value_or(false);
+    in.is_host = base::ParseBool(it->second, "--rdzv_conf is_host").value_or(false);
   }
-  const HostingDecision hosting = DecideHosting(hosting_in, local);
+  HostingDecision hosting = DecideHosting(in, local);
   spdlog::debug("rendezvous hosting: {}", hosting.why);
+  return hosting;
+}
 
+// The rendezvous as this node sees it: the server it runs (if any), its
+// client, and what the workers are told.
+struct RendezvousSide {
   std::unique_ptr<rdzv::RendezvousServer> server;
   std::unique_ptr<rdzv::RendezvousClient> client;
-  std::string endpoint;
-  const bool loopback_embed = hosting.hosting == Hosting::kEmbedded;
+  std::string endpoint;   // host:port for the workers
+  std::string client_ca;  // empty: plaintext
+  bool loopback_embed = false;
+};
+
+// Serves the endpoint when the hosting decision says so. InvalidArgument is
+// a usage error; another error ends the launch (exit 1).
+absl::Status ServeIfHosting(const LaunchConfig& c, const LocalPlan& plan, const HostingDecision& hosting,
+                            const std::vector<std::string>& endpoint_addresses, RendezvousSide* side) {
   const std::string bind_host =
-      loopback_embed ? "127.0.0.1" : BindAddress(c.rdzv_endpoint.host, endpoint_addresses);
-  const int bind_port = loopback_embed ? 0 : c.rdzv_endpoint.port;
+      side->loopback_embed ? "127.0.0.1" : BindAddress(c.rdzv_endpoint.host, endpoint_addresses);
+  const int bind_port = side->loopback_embed ? 0 : c.rdzv_endpoint.port;
   bool serve = hosting.hosting == Hosting::kEmbedded || hosting.hosting == Hosting::kServe;
   if (hosting.hosting == Hosting::kServeIfFree) {
     // Quietly: another launcher on this machine may have bound it first.
     serve = bind_port == 0 || PortIsFree(bind_host, bind_port);
     if (!serve) spdlog::debug("port {} is taken here: a client of the launcher that serves it", bind_port);
   }
-  if (serve && !loopback_embed && !tls_ca.empty() && tls_cert.empty()) {
-    return UsageError(absl::InvalidArgumentError(absl::StrCat(
+  if (!serve) {
+    if (c.rdzv_endpoint.port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint ", rdzv::FormatEndpoint(c.rdzv_endpoint),
+                                                     ": port 0 (pick a free port) needs this node to serve it, but ",
+                                                     hosting.why));
+    }
+    return absl::OkStatus();
+  }
+  if (!side->loopback_embed && !plan.tls.ca.empty() && plan.tls.cert.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "this node serves the rendezvous (", hosting.why, ") and the job uses TLS (--rdzv_conf cacert): "
-        "give it the server's certificate and key too (--rdzv_conf cert=...,key=...)")));
+        "give it the server's certificate and key too (--rdzv_conf cert=...,key=...)"));
   }
+  rdzv::ServerOptions so;
+  so.host = bind_host;
+  so.port = bind_port;
+  so.token = plan.token;
+  if (!side->loopback_embed) {
+    so.tls_cert_file = plan.tls.cert;
+    so.tls_key_file = plan.tls.key;
+  }
+  auto started = rdzv::RendezvousServer::Start(so);
+  if (!started.ok()) {
+    if (side->loopback_embed) {
+      return absl::UnavailableError(absl::StrCat("cannot start the embedded rendezvous on 127.0.0.1: ",
+                                                 started.status().ToString()));
+    }
+    if (hosting.hosting == Hosting::kServe || bind_port == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot serve the rendezvous at ",
+                                                 rdzv::FormatEndpoint(c.rdzv_endpoint), " (", hosting.why,
+                                                 "): ", started.status().ToString()));
+    }
+    // Lost the race for the port to another launcher: be its client.
+    spdlog::debug("not hosting the rendezvous: {}", started.status().ToString());
+    return absl::OkStatus();
+  }
+  side->server = std::move(*started);
+  if (side->loopback_embed || bind_port == 0) {
+    side->endpoint = rdzv::FormatEndpoint(
+        rdzv::Endpoint{side->loopback_embed ? "127.0.0.1" : c.rdzv_endpoint.host, side->server->port()});
+  }
+  const std::string shown = side->endpoint.empty() ? rdzv::FormatEndpoint(c.rdzv_endpoint) : side->endpoint;
+  spdlog::info("serving the rendezvous at {} (cpptorchrun status --rdzv_endpoint {} --rdzv_id {})", shown, shown,
+               c.rdzv_id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const LocalPlan& plan, const LocalHost& local,
+                                               const std::vector<std::string>& endpoint_addresses) {
+  const HostingDecision hosting = DecideHostingFor(c, local, endpoint_addresses);
+  RendezvousSide side;
+  side.loopback_embed = hosting.hosting == Hosting::kEmbedded;
+  if (absl::Status s = ServeIfHosting(c, plan, hosting, endpoint_addresses, &side); !s.ok()) return s;
+  if (side.endpoint.empty()) side.endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
   // A rendezvous embedded on loopback stays plaintext: it never leaves the machine.
-  const std::string client_ca = loopback_embed ? "" : tls_ca;
-  if (serve) {
-    rdzv::ServerOptions so;
-    so.host = bind_host;
-    so.port = bind_port;
-    so.token = token;
-    if (!loopback_embed) {
-      so.tls_cert_file = tls_cert;
-      so.tls_key_file = tls_key;
-    }
-    auto started = rdzv::RendezvousServer::Start(so);
-    if (!started.ok()) {
-      if (hosting.hosting == Hosting::kServe) {
-        spdlog::error("cannot serve the rendezvous at {} ({}): {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
-                      hosting.why, started.status().ToString());
-        return 1;
-      }
-      if (loopback_embed) {
-        spdlog::warn("embedded rendezvous server unavailable ({}); using the local one",
-                     started.status().ToString());
-      } else if (bind_port == 0) {
-        spdlog::error("cannot serve the rendezvous at {}: {}", rdzv::FormatEndpoint(c.rdzv_endpoint),
-                      started.status().ToString());
-        return 1;
-      } else {
-        // Lost the race for the port to another launcher: be its client.
-        endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
-        spdlog::debug("not hosting the rendezvous: {}", started.status().ToString());
-      }
-    } else {
-      server = std::move(*started);
-      endpoint = (loopback_embed || bind_port == 0)
-                     ? rdzv::FormatEndpoint(rdzv::Endpoint{loopback_embed ? "127.0.0.1" : c.rdzv_endpoint.host,
-                                                           server->port()})
-                     : rdzv::FormatEndpoint(c.rdzv_endpoint);
-      spdlog::info("serving the rendezvous at {} (cpptorchrun status --rdzv_endpoint {} --rdzv_id {})",
-                   endpoint, endpoint, c.rdzv_id);
-    }
-  } else if (c.rdzv_endpoint.port == 0) {
-    return UsageError(absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv_endpoint ", rdzv::FormatEndpoint(c.rdzv_endpoint),
-        ": port 0 (pick a free port) needs this node to serve it, but ", hosting.why)));
-  } else {
-    endpoint = rdzv::FormatEndpoint(c.rdzv_endpoint);
-  }
-  spdlog::debug("rendezvous {} ready", endpoint.empty() ? "local" : endpoint);
-  if (!endpoint.empty()) {
-    rdzv::ClientOptions co;
-    co.endpoint = endpoint;
-    co.token = token;
-    co.tls_root_cert_file = client_ca;
-    client = rdzv::NewGrpcRendezvousClient(co);
-  } else {
-    client = NewLocalRendezvousClient();
-  }
+  side.client_ca = side.loopback_embed ? "" : plan.tls.ca;
+  spdlog::debug("rendezvous {} ready", side.endpoint);
+  rdzv::ClientOptions co;
+  co.endpoint = side.endpoint;
+  co.token = plan.token;
+  co.tls_root_cert_file = side.client_ca;
+  side.client = rdzv::NewGrpcRendezvousClient(co);
+  return side;
+}
 
-  ProgressBoard board(rdzv::RealClock());
-  std::unique_ptr<AgentService> agent_service;
-  {
-    auto svc = AgentService::Start((*run_dir)->socket_path(), &board);
-    if (svc.ok()) {
-      agent_service = std::move(*svc);
-    } else {
-      spdlog::warn("agent service unavailable ({}): heartbeats are not watched", svc.status().ToString());
-    }
-  }
+// The run's options from --nnodes and --rdzv_conf (torchrun's defaults). Pure.
+rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
+  rdzv::v1::RunOptions r;
+  r.set_min_nodes(c.min_nodes);
+  r.set_max_nodes(c.max_nodes);
+  r.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
+  r.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
+  r.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
+  r.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
+  r.set_keep_alive_max_attempt(static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
+  return r;
+}
 
-  spdlog::debug("agent service ready");
+// The agent's options that come from the command line, the plan and the
+// environment (the collaborators are set by Launch).
+AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const std::map<std::string, std::string>& env,
+                             const std::string& host) {
   AgentOptions o;
   o.run_id = c.rdzv_id;
   o.role = c.role;
@@ -340,7 +357,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.duplicate_stdout_filters = c.duplicate_stdout_filters;
   o.duplicate_stderr_filters = c.duplicate_stderr_filters;
   o.virtual_local_rank = c.virtual_local_rank;
-  for (const Binding& b : *numa) {
+  for (const Binding& b : plan.numa) {
     o.worker_cpus.emplace_back(b.cpus.begin(), b.cpus.end());
     o.worker_memory_node.push_back(b.memory_node);
   }
@@ -348,40 +365,82 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
     o.log_line_prefix_template = it->second;
   }
   o.stop_signals = StopSignals();
-  o.program_argv = *argv;
+  o.program_argv = plan.argv;
   o.program_name = c.training_script;
   o.base_env = env;
-  o.local_world_size = *nproc;
+  o.local_world_size = plan.nproc;
   o.fake_gpus = c.fake_gpus > 0 ? c.fake_gpus : 0;
   o.node.set_node_id(NodeId(host));
   o.node.set_host(host);
-  o.node.set_local_world_size(*nproc);
+  o.node.set_local_world_size(plan.nproc);
   o.node.set_static_node_rank(c.rdzv_backend == RdzvBackend::kStatic ? c.node_rank : -1);
-  o.run_options.set_min_nodes(c.min_nodes);
-  o.run_options.set_max_nodes(c.max_nodes);
-  o.run_options.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
-  o.run_options.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
-  o.run_options.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
-  o.run_options.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
-  o.run_options.set_keep_alive_max_attempt(
-      static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
-  // Static: MASTER_PORT is --master_port when given, and always for a
-  // multi-node static job (torchrun's 29500 default), as under torchrun.
-  // Static: MASTER_ADDR is --master_addr (torchrun's), as given.
+  o.run_options = RunOptionsFor(c);
+  // Static: MASTER_ADDR is --master_addr as given, and MASTER_PORT is
+  // --master_port when given, and always for a multi-node static job
+  // (torchrun's 29500 default), as under torchrun.
   if (c.rdzv_backend == RdzvBackend::kStatic) o.fixed_master_addr = c.master_addr;
   o.fixed_master_port =
       (c.rdzv_backend == RdzvBackend::kStatic && (c.master_port_given || c.rdzv_endpoint_from_master))
           ? c.master_port
           : 0;
+  o.rdzv_token_file = plan.token_file;
+  return o;
+}
+
+// Other nodes still talk to the rendezvous this node serves (the exit
+// barrier's stragglers, Leave, a closed run's Watch): stay until they have
+// left, within a bound.
+void LingerWhileOthersUseIt(rdzv::RendezvousClient* client, const std::string& run_id) {
+  const absl::Time linger_until = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < linger_until) {
+    auto st = client->RunStatus(run_id);
+    if (!st.ok() || st->nodes_size() == 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) return UsageError(status);
+  spdlog::error("{}", std::string(status.message()));
+  return 1;
+}
+
+int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
+  // torchrun names a --standalone run with a fresh UUID (an explicit
+  // --rdzv_id is kept here, where torchrun would ignore it).
+  if (c.standalone && !c.rdzv_id_given) c.rdzv_id = RandomUuid();
+  absl::StatusOr<LocalPlan> plan = PlanLocal(c, env);
+  if (!plan.ok()) return UsageError(plan.status());
+  auto processes = NewRealProcessLauncher({HandledSignals(c), /*subreaper=*/true});
+  if (!processes.ok()) return ExitCodeFor(absl::InternalError(processes.status().ToString()));
+  // The private folder: the agent socket, and the logs without --log_dir.
+  auto run_dir = RunDir::Create(c.log_dir, c.rdzv_id);
+  if (!run_dir.ok()) return UsageError(run_dir.status());
+  if (!c.log_dir.empty()) spdlog::info("worker logs: {}", (*run_dir)->log_root());
+
+  const LocalHost local = ReadLocalHost();
+  const std::vector<std::string> endpoint_addresses =
+      c.has_rdzv_endpoint ? ResolveHost(c.rdzv_endpoint.host) : std::vector<std::string>{};
+  const std::string host = ThisNodeAddress(c, local, endpoint_addresses);
+  absl::StatusOr<RendezvousSide> rdzv = SetUpRendezvous(c, *plan, local, endpoint_addresses);
+  if (!rdzv.ok()) return ExitCodeFor(rdzv.status());
+
+  ProgressBoard board(rdzv::RealClock());
+  std::unique_ptr<AgentService> agent_service;
+  if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board); svc.ok()) {
+    agent_service = std::move(*svc);
+  } else {
+    spdlog::warn("agent service unavailable ({}): heartbeats are not watched", svc.status().ToString());
+  }
+  AgentOptions o = AgentOptionsFor(c, *plan, env, host);
   o.log_root = (*run_dir)->log_root();
   o.agent_socket = agent_service ? (*run_dir)->socket_path() : "";
-  o.rdzv_endpoint_for_workers = endpoint;
-  o.rdzv_token_file = token_file;
-  o.rdzv_ca_file = client_ca;
+  o.rdzv_endpoint_for_workers = rdzv->endpoint;
+  o.rdzv_ca_file = rdzv->client_ca;
 
   auto ports = NewRealPortFinder();
   RoundMonitorOptions mo;
-  mo.client = client.get();
+  mo.client = rdzv->client.get();
   mo.progress = &board;
   mo.run_id = c.rdzv_id;
   mo.node = o.node;
@@ -391,7 +450,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
 
   o.clock = rdzv::RealClock();
   o.processes = processes->get();
-  o.rdzv = client.get();
+  o.rdzv = rdzv->client.get();
   o.ports = ports.get();
   o.progress = &board;
   o.round_monitor = monitor.get();
@@ -401,28 +460,13 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   std::unique_ptr<EventLog> events =
       NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
   o.events = events.get();
+  AgentResult result = ElasticAgent(o).Run();
 
-  if (uses_gpus || c.fake_gpus > 0) {
-    spdlog::debug("{} workers on {} {}GPUs", *nproc, *nproc, c.fake_gpus > 0 ? "fake " : "");
-  }
-  ElasticAgent agent(o);
-  AgentResult result = agent.Run();
-
-  if (server != nullptr && !loopback_embed) {
-    // Other nodes still talk to the rendezvous this node serves (the exit
-    // barrier's stragglers, Leave, a closed run's Watch): stay until they
-    // have left, within a bound.
-    const absl::Time linger_until = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < linger_until) {
-      auto st = client->RunStatus(c.rdzv_id);
-      if (!st.ok() || st->nodes_size() == 0) break;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
+  if (rdzv->server != nullptr && !rdzv->loopback_embed) LingerWhileOthersUseIt(rdzv->client.get(), c.rdzv_id);
   // The agent service is not shut down (gRPC's shutdown takes tens of
   // milliseconds): the process ends below, and its socket is removed.
   (*run_dir)->Finish(/*keep_logs=*/c.redirects.all || c.tee.all || c.redirects.per_rank_form ||
-                  c.tee.per_rank_form);
+                     c.tee.per_rank_form);
   // Threads blocked in long polls (the round monitor, a helper that
   // outlived a signal) are not waited for: the process ends here.
   spdlog::shutdown();
