@@ -1,5 +1,7 @@
 #include "base/files.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +20,21 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path, absl::string_
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+absl::Status MakeDirs(const std::string& dir, mode_t mode) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string partial = dir.substr(0, i);
+    if (::mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", partial, ": ", std::strerror(errno)));
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": not a folder"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cpptorchrun::base

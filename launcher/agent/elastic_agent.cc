@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
+#include "base/files.h"
 #include "base/signals.h"
 #include "launcher/agent/restart_policy.h"
 #include "launcher/workers/error_file.h"
@@ -35,14 +36,6 @@ constexpr absl::Duration kExitBarrierRefresh = absl::Seconds(1);
 // How long a node whose round ended during the exit barrier looks for the
 // other nodes' keys before it restarts (they may all be there).
 constexpr absl::Duration kExitBarrierRecheck = absl::Seconds(1);
-
-void MakeDirs(const std::string& path) {
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos == path.size() || path[pos] == '/') {
-      mkdir(path.substr(0, pos).c_str(), 0755);
-    }
-  }
-}
 
 }  // namespace
 
@@ -87,6 +80,78 @@ std::string ElasticAgent::Prefix(int local_rank, int rank) const {
   return ExpandLinePrefix(o_.log_line_prefix_template, o_.role, rank, local_rank);
 }
 
+WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int local_rank, int restart_count,
+                                        const std::string& error_file) const {
+  WorkerEnvInputs in;
+  in.base = o_.base_env;
+  in.role = o_.role;
+  in.local_rank = local_rank;
+  in.local_world_size = o_.local_world_size;
+  in.group_rank = a.group_rank();
+  in.group_world_size = a.group_world_size();
+  in.rank_offset = a.rank_offset();
+  in.world_size = a.world_size();
+  in.master_addr = o_.fixed_master_addr.empty() ? a.master_addr() : o_.fixed_master_addr;
+  in.master_port = a.master_port();
+  in.round = a.round();
+  in.restart_count = restart_count;
+  in.max_restarts = o_.max_restarts;
+  in.run_id = o_.run_id;
+  in.error_file = error_file;
+  in.agent_socket = o_.agent_socket;
+  in.worker_timeout = o_.worker_timeout;
+  in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
+  in.rdzv_token_file = o_.rdzv_token_file;
+  in.rdzv_ca_file = o_.rdzv_ca_file;
+  in.local_addr = host_;
+  in.fake_gpus = o_.fake_gpus;
+  in.virtual_local_rank = o_.virtual_local_rank;
+  return in;
+}
+
+// Where one stream of a local rank goes: the console (unless filtered out
+// or redirected), its file, and the attempt's filtered copy.
+StreamSink ElasticAgent::Sink(int local_rank, int rank, int bit, const std::string& attempt_dir) const {
+  const bool shown = o_.local_ranks_filter.empty() ||
+                     std::find(o_.local_ranks_filter.begin(), o_.local_ranks_filter.end(), local_rank) !=
+                         o_.local_ranks_filter.end();
+  const int redirect = o_.redirects.ForLocalRank(local_rank);
+  const int tee = o_.tee.ForLocalRank(local_rank);
+  StreamSink s;
+  s.prefix = Prefix(local_rank, rank);
+  // torchrun: --tee wins over --redirects for the console.
+  const int console_fd = bit == kStdOut ? 1 : 2;
+  s.console_fd = (shown && (!(redirect & bit) || (tee & bit))) ? console_fd : -1;
+  if ((redirect | tee) & bit) {
+    s.file_path = absl::StrCat(attempt_dir, "/", local_rank, bit == kStdOut ? "/stdout.log" : "/stderr.log");
+  }
+  // torchrun 2.x: lines of tee'd streams that hold a filter string, of every
+  // local rank, in one file of the attempt.
+  const auto& filters = bit == kStdOut ? o_.duplicate_stdout_filters : o_.duplicate_stderr_filters;
+  if ((tee & bit) && !filters.empty()) {
+    s.duplicate_filters = filters;
+    s.duplicate_path = absl::StrCat(attempt_dir, bit == kStdOut ? "/filtered_stdout.log" : "/filtered_stderr.log");
+  }
+  return s;
+}
+
+absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, int restart_count,
+                                                const std::string& attempt_dir, Worker* w) {
+  const std::string dir = absl::StrCat(attempt_dir, "/", w->local_rank);
+  w->error_file = dir + "/error.json";
+  if (absl::Status made = base::MakeDirs(dir); !made.ok()) return made;
+  unlink(w->error_file.c_str());
+  ProcessSpec spec;
+  spec.argv = o_.program_argv;
+  spec.env = BuildWorkerEnv(EnvInputs(a, w->local_rank, restart_count, w->error_file));
+  spec.stdout_sink = Sink(w->local_rank, w->rank, kStdOut, attempt_dir);
+  spec.stderr_sink = Sink(w->local_rank, w->rank, kStdErr, attempt_dir);
+  const size_t lr = static_cast<size_t>(w->local_rank);
+  if (lr < o_.worker_cpus.size()) spec.cpus = o_.worker_cpus[lr];
+  if (lr < o_.worker_memory_node.size()) spec.memory_node = o_.worker_memory_node[lr];
+  return o_.processes->Start(spec);
+}
+
 void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
   workers_.clear();
   const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
@@ -95,66 +160,10 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     Worker w;
     w.local_rank = lr;
     w.rank = a.rank_offset() + lr;
-    const std::string dir = absl::StrCat(attempt_dir, "/", lr);
-    MakeDirs(dir);
-    w.error_file = dir + "/error.json";
-    unlink(w.error_file.c_str());
-
-    WorkerEnvInputs in;
-    in.base = o_.base_env;
-    in.role = o_.role;
-    in.local_rank = lr;
-    in.local_world_size = o_.local_world_size;
-    in.group_rank = a.group_rank();
-    in.group_world_size = a.group_world_size();
-    in.rank_offset = a.rank_offset();
-    in.world_size = a.world_size();
-    in.master_addr = o_.fixed_master_addr.empty() ? a.master_addr() : o_.fixed_master_addr;
-    in.master_port = a.master_port();
-    in.round = a.round();
-    in.restart_count = restart_count;
-    in.max_restarts = o_.max_restarts;
-    in.run_id = o_.run_id;
-    in.error_file = w.error_file;
-    in.agent_socket = o_.agent_socket;
-    in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
-    in.rdzv_token_file = o_.rdzv_token_file;
-    in.rdzv_ca_file = o_.rdzv_ca_file;
-    in.local_addr = host_;
-    in.fake_gpus = o_.fake_gpus;
-    in.virtual_local_rank = o_.virtual_local_rank;
-
-    ProcessSpec spec;
-    spec.argv = o_.program_argv;
-    spec.env = BuildWorkerEnv(in);
-    const bool shown = o_.local_ranks_filter.empty() ||
-                       std::find(o_.local_ranks_filter.begin(), o_.local_ranks_filter.end(), lr) !=
-                           o_.local_ranks_filter.end();
-    const int redirect = o_.redirects.ForLocalRank(lr);
-    const int tee = o_.tee.ForLocalRank(lr);
-    const std::string prefix = Prefix(lr, w.rank);
-    auto sink = [&](int bit, int console_fd, const char* file) {
-      StreamSink s;
-      s.prefix = prefix;
-      // torchrun: --tee wins over --redirects for the console.
-      s.console_fd = (shown && (!(redirect & bit) || (tee & bit))) ? console_fd : -1;
-      if ((redirect | tee) & bit) s.file_path = absl::StrCat(dir, "/", file);
-      // torchrun 2.x: lines of tee'd streams that hold a filter string, of
-      // every local rank, in one file of the attempt.
-      const auto& filters = bit == kStdOut ? o_.duplicate_stdout_filters : o_.duplicate_stderr_filters;
-      if ((tee & bit) && !filters.empty()) {
-        s.duplicate_filters = filters;
-        s.duplicate_path = absl::StrCat(attempt_dir, bit == kStdOut ? "/filtered_stdout.log" : "/filtered_stderr.log");
-      }
-      return s;
-    };
-    spec.stdout_sink = sink(kStdOut, 1, "stdout.log");
-    spec.stderr_sink = sink(kStdErr, 2, "stderr.log");
-    if (lr < static_cast<int>(o_.worker_cpus.size())) spec.cpus = o_.worker_cpus[lr];
-    if (lr < static_cast<int>(o_.worker_memory_node.size())) spec.memory_node = o_.worker_memory_node[lr];
-
-    auto pid = o_.processes->Start(spec);
+    absl::StatusOr<pid_t> pid = StartWorker(a, restart_count, attempt_dir, &w);
     if (!pid.ok()) {
+      // A worker that cannot start is a failed worker (exit 127, as a shell
+      // reports a program it cannot run).
       spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
       w.exited = true;
       w.status = ExitStatus::Exited(127);
@@ -174,8 +183,7 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     workers_.push_back(std::move(w));
   }
   if (o_.progress != nullptr) o_.progress->Reset(pids);
-  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt,
-                restart_count);
+  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt, restart_count);
 }
 
 bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
@@ -399,229 +407,258 @@ bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string
   return false;
 }
 
-AgentResult ElasticAgent::Run() {
-  AgentResult result;
-  int restart_count = 0;
-  int64_t last_round = 0;
-  int attempt = 0;
-  std::string proof;  // the current assignment's signature
-  auto leave = [this, &proof](const std::string& reason) {
-    auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason, proof);
-    if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
-  };
-  for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
-    // Join a round.
-    rdzv::v1::JoinRequest req;
-    req.set_run_id(o_.run_id);
-    *req.mutable_node() = o_.node;
-    *req.mutable_options() = o_.run_options;
-    req.set_last_round(last_round);
-    req.set_node_secret(node_secret_);
-    if (o_.fixed_master_port > 0) {
-      req.mutable_node()->set_free_port(o_.fixed_master_port);
-    } else {
-      // The previous round's workers are gone: its port goes, and a new one
-      // is held until the next round (ports.h).
-      o_.ports->ReleaseHeld();
-      auto port = o_.ports->FindFreePort(host_);
-      if (!port.ok()) {
-        spdlog::error("no free port on {}: {}", host_, port.status().ToString());
-        result.exit_code = 1;
-        return result;
-      }
-      req.mutable_node()->set_free_port(*port);
-    }
-    auto joined = std::make_shared<absl::StatusOr<rdzv::v1::Assignment>>(
-        absl::UnknownError("not joined"));
-    int signo = 0;
-    rdzv::RendezvousClient* client = o_.rdzv;
-    if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
-                      /*stop_on_round_end=*/false) != WaitEnd::kDone) {
-      spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
-      leave(absl::StrCat("signal ", SignalName(signo)));
-      result.exit_code = 128 + signo;
-      return result;
-    }
-    if (!joined->ok()) {
-      spdlog::error("rendezvous failed: {}", joined->status().ToString());
-      result.exit_code = 1;
-      return result;
-    }
-    const rdzv::v1::Assignment a = **joined;
-    last_round = a.round();
-    proof = a.signature();
-    if (restart_.has_value()) restart_->joined = o_.clock->Now();
-    Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
-                           {"group_world_size", int64_t{a.group_world_size()}},
-                           {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},
-                           {"master_port", int64_t{a.master_port()}}, {"restart_count", int64_t{restart_count}}});
-    spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}",
-                 a.round(), a.group_rank(), a.group_world_size(), a.rank_offset(),
-                 a.rank_offset() + o_.local_world_size - 1, a.world_size(), a.master_addr(),
-                 a.master_port(), restart_count);
-    if (o_.round_monitor != nullptr) {
-      ProcessLauncher* processes = o_.processes;
-      o_.round_monitor->Start(a, restart_count, [processes] { processes->Wakeup(); });
-    }
-    StartWorkers(a, restart_count, attempt);
-    {
-      std::vector<int64_t> pids;
-      for (const Worker& w : workers_) pids.push_back(w.pid);
-      Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{attempt}},
-                                {"local_world_size", int64_t{o_.local_world_size}}, {"pids", pids}});
-    }
-    if (restart_.has_value()) {
-      // The launcher's part of the restart, phase by phase.
-      const absl::Time started = o_.clock->Now();
-      const PendingRestart& r = *restart_;
-      auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
-      Event("restart", {{"cause", r.cause}, {"round", a.round()}, {"from_round", r.from_round},
-                        {"restart_count", int64_t{restart_count}}, {"max_restarts", int64_t{o_.max_restarts}},
-                        {"counted", int64_t{r.counted ? 1 : 0}},
-                        {"detected_to_stopped_s", s(r.stopped - r.detected)},
-                        {"stopped_to_joined_s", s(r.joined - r.stopped)},
-                        {"joined_to_started_s", s(started - r.joined)}, {"total_s", s(started - r.detected)}});
-      spdlog::info("restart ({}) took {:.3f} s in the launcher: stop {:.3f} s, rendezvous {:.3f} s, start {:.3f} s",
-                   r.cause, s(started - r.detected), s(r.stopped - r.detected), s(r.joined - r.stopped),
-                   s(started - r.joined));
-      if (o_.progress != nullptr) {
-        rdzv::v1::RestartPhases phases;
-        phases.set_cause(r.cause);
-        phases.set_round(a.round());
-        phases.set_total_s(s(started - r.detected));
-        phases.set_detected_to_stopped_s(s(r.stopped - r.detected));
-        phases.set_stopped_to_joined_s(s(r.joined - r.stopped));
-        phases.set_joined_to_started_s(s(started - r.joined));
-        o_.progress->SetLastRestart(phases);
-      }
-      restart_.reset();
-    }
-    ++attempt;
-    result.attempts = attempt;
-    result.restart_count = restart_count;
-    MonitorResult m = Monitor();
+void ElasticAgent::StopRoundMonitor() {
+  if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
+}
 
-    switch (m.outcome) {
-      case Outcome::kSignal: {
-        spdlog::warn("received {}: stopping the workers", SignalName(m.signo));
-        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-        StopWorkers(m.signo);
-        leave(absl::StrCat("signal ", SignalName(m.signo)));
-        result.exit_code = 128 + m.signo;
-        Event("finished", {{"exit_code", int64_t{result.exit_code}}, {"reason", absl::StrCat("signal ", SignalName(m.signo))}});
-        return result;
-      }
-      case Outcome::kSucceeded: {
-        int sig = 0;
-        if (a.group_world_size() > 1) {
-          spdlog::info("local workers finished; waiting for the other nodes (exit barrier, at most {})",
-                       absl::FormatDuration(o_.exit_barrier_timeout));
-          Event("exit_barrier", {{"round", a.round()}});
-        }
-        rdzv::RendezvousClient* client = o_.rdzv;
-        const std::string run_id = o_.run_id;
-        const int64_t round = a.round();
-        const int gws = a.group_world_size();
-        const int group_rank = a.group_rank();
-        const absl::Duration timeout = o_.exit_barrier_timeout;
-        WaitEnd end = Interruptible(
-            [client, run_id, round, group_rank, gws, timeout] {
-              ExitBarrier(client, run_id, round, group_rank, gws, timeout);
-            },
-            &sig, /*stop_on_round_end=*/true);
-        if (end == WaitEnd::kSignal) {
-          if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-          leave("signal during exit barrier");
-          result.exit_code = 128 + sig;
-          return result;
-        }
-        if (end == WaitEnd::kRoundEnded) {
-          RoundEnd re = o_.round_monitor->Poll();
-          o_.round_monitor->Stop();
-          // The last node through the barrier leaves ("finished"), which
-          // can end the round before this node's poll saw every key: one
-          // short look at the keys first.
-          if (!re.run_closed &&
-              !ExitBarrier(client, run_id, round, group_rank, gws, kExitBarrierRecheck)) {
-            // Another node restarts the job: the whole job succeeds only in
-            // one round, so this node joins the next one too.
-            spdlog::warn("round {} ended during the exit barrier ({}): restarting the workers "
-                         "(restarts not consumed)", a.round(), re.reason);
-            Event("round_ended", {{"round", a.round()}, {"reason", re.reason}});
-            const absl::Time now = o_.clock->Now();
-            restart_ = PendingRestart{"membership", a.round(), false, now, now, now};
-            continue;
-          }
-          spdlog::warn("the run was closed during the exit barrier: {}", re.reason);
-        }
-        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-        leave("finished");
-        o_.processes->DrainOutput(absl::Now() + kDrainWait);
-        spdlog::info("all {} workers finished", workers_.size());
-        result.exit_code = 0;
-        Event("finished", {{"exit_code", int64_t{0}}, {"reason", std::string("all workers finished")}});
-        return result;
-      }
-      case Outcome::kMembership: {
-        spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", a.round(),
-                     m.reason);
-        Event("round_ended", {{"round", a.round()}, {"reason", m.reason}});
-        const absl::Time detected = o_.clock->Now();
-        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-        StopWorkers(SIGTERM);
-        restart_ = PendingRestart{"membership", a.round(), false, detected, o_.clock->Now(), {}};
-        continue;
-      }
-      case Outcome::kRunClosed: {
-        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-        StopWorkers(SIGTERM);
-        spdlog::error("the run was closed: {}", m.reason);
-        // Off the participant list: the node that serves the rendezvous
-        // waits for the others to leave before it exits.
-        leave("the run was closed");
-        result.exit_code = 1;
-        Event("finished", {{"exit_code", int64_t{1}}, {"reason", m.reason}});
-        return result;
-      }
-      case Outcome::kFailed: {
-        if (o_.round_monitor != nullptr) o_.round_monitor->Stop();
-        StopWorkers(SIGTERM);
-        std::vector<FailureRecord> failures = Failures();
-        result.failures = failures;
-        if (failures.empty()) {
-          // Not reachable by CheckGroup's rules; never index an empty list.
-          spdlog::error("worker group failed without a recorded failure");
-          result.exit_code = 1;
-          return result;
-        }
-        int root = RootCauseIndex(failures);
-        const FailureRecord& rc = failures[std::max(root, 0)];
-        NextAction next = DecideNext(StopCause::kWorkerFailed, restart_count, o_.max_restarts);
-        if (next == NextAction::kRestartCounted) {
-          ++restart_count;
-          spdlog::warn("worker group failed (rank {}: {}); restarting, {} of {} restarts", rc.rank,
-                       rc.status.ToString(), restart_count, o_.max_restarts);
-          // Detected when the launcher saw the first failure; stopped now.
-          restart_ = PendingRestart{"worker_failed", a.round(), true, rc.time, o_.clock->Now(), {}};
-          continue;
-        }
-        result.summary = FormatFailureSummary(o_.program_name, failures);
-        if (o_.print_summary) o_.print_summary(result.summary);
-        auto st = o_.rdzv->Close(o_.run_id, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()),
-                                 o_.node.node_id(), proof);
-        if (!st.ok()) spdlog::debug("close: {}", st.ToString());
-        leave("failed");
-        result.exit_code = rc.status.LauncherExitCode();
-        if (result.exit_code == 0) result.exit_code = 1;
-        Event("finished", {{"exit_code", int64_t{result.exit_code}},
-                           {"reason", absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString())}});
-        return result;
-      }
+void ElasticAgent::Leave(const std::string& reason) {
+  auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason, run_.proof);
+  if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
+}
+
+std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
+  rdzv::v1::JoinRequest req;
+  req.set_run_id(o_.run_id);
+  *req.mutable_node() = o_.node;
+  *req.mutable_options() = o_.run_options;
+  req.set_last_round(run_.last_round);
+  req.set_node_secret(node_secret_);
+  if (o_.fixed_master_port > 0) {
+    req.mutable_node()->set_free_port(o_.fixed_master_port);
+  } else {
+    // The previous round's workers are gone: its port goes, and a new one
+    // is held until the next round (ports.h).
+    o_.ports->ReleaseHeld();
+    auto port = o_.ports->FindFreePort(host_);
+    if (!port.ok()) {
+      Conclude(Stopped{StopCause::kAgentError, absl::StrCat("no free port on ", host_, ": ", port.status().ToString())},
+               run_.last_round);
+      return std::nullopt;
     }
+    req.mutable_node()->set_free_port(*port);
+  }
+  auto joined = std::make_shared<absl::StatusOr<rdzv::v1::Assignment>>(absl::UnknownError("not joined"));
+  int signo = 0;
+  rdzv::RendezvousClient* client = o_.rdzv;
+  if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
+                    /*stop_on_round_end=*/false) != WaitEnd::kDone) {
+    spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
+    Conclude(Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(signo)), 128 + signo},
+             run_.last_round);
+    return std::nullopt;
+  }
+  if (!joined->ok()) {
+    Conclude(Stopped{StopCause::kAgentError, absl::StrCat("rendezvous failed: ", joined->status().ToString())},
+             run_.last_round);
+    return std::nullopt;
+  }
+  run_.last_round = (*joined)->round();
+  run_.proof = (*joined)->signature();
+  if (restart_.has_value()) restart_->joined = o_.clock->Now();
+  return **joined;
+}
+
+void ElasticAgent::RecordRestartPhases(const rdzv::v1::Assignment& a) {
+  // The launcher's part of the restart, phase by phase.
+  const absl::Time started = o_.clock->Now();
+  const PendingRestart& r = *restart_;
+  auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
+  Event("restart", {{"cause", r.cause}, {"round", a.round()}, {"from_round", r.from_round},
+                    {"restart_count", int64_t{run_.restart_count}}, {"max_restarts", int64_t{o_.max_restarts}},
+                    {"counted", int64_t{r.counted ? 1 : 0}},
+                    {"detected_to_stopped_s", s(r.stopped - r.detected)},
+                    {"stopped_to_joined_s", s(r.joined - r.stopped)},
+                    {"joined_to_started_s", s(started - r.joined)}, {"total_s", s(started - r.detected)}});
+  spdlog::info("restart ({}) took {:.3f} s in the launcher: stop {:.3f} s, rendezvous {:.3f} s, start {:.3f} s",
+               r.cause, s(started - r.detected), s(r.stopped - r.detected), s(r.joined - r.stopped),
+               s(started - r.joined));
+  if (o_.progress != nullptr) {
+    rdzv::v1::RestartPhases phases;
+    phases.set_cause(r.cause);
+    phases.set_round(a.round());
+    phases.set_total_s(s(started - r.detected));
+    phases.set_detected_to_stopped_s(s(r.stopped - r.detected));
+    phases.set_stopped_to_joined_s(s(r.joined - r.stopped));
+    phases.set_joined_to_started_s(s(started - r.joined));
+    o_.progress->SetLastRestart(phases);
+  }
+  restart_.reset();
+}
+
+void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
+  Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
+                         {"group_world_size", int64_t{a.group_world_size()}},
+                         {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},
+                         {"master_port", int64_t{a.master_port()}}, {"restart_count", int64_t{run_.restart_count}}});
+  spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}", a.round(),
+               a.group_rank(), a.group_world_size(), a.rank_offset(), a.rank_offset() + o_.local_world_size - 1,
+               a.world_size(), a.master_addr(), a.master_port(), run_.restart_count);
+  if (o_.round_monitor != nullptr) {
+    ProcessLauncher* processes = o_.processes;
+    o_.round_monitor->Start(a, run_.restart_count, [processes] { processes->Wakeup(); });
+  }
+  StartWorkers(a, run_.restart_count, run_.attempt);
+  std::vector<int64_t> pids;
+  for (const Worker& w : workers_) pids.push_back(w.pid);
+  Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{run_.attempt}},
+                            {"local_world_size", int64_t{o_.local_world_size}}, {"pids", pids}});
+  if (restart_.has_value()) RecordRestartPhases(a);
+  ++run_.attempt;
+  run_.result.attempts = run_.attempt;
+  run_.result.restart_count = run_.restart_count;
+}
+
+ElasticAgent::Stopped ElasticAgent::StopOnSignal(int signo) {
+  spdlog::warn("received {}: stopping the workers", SignalName(signo));
+  StopRoundMonitor();
+  StopWorkers(signo);
+  return Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(signo)), 128 + signo};
+}
+
+ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment& a) {
+  if (a.group_world_size() > 1) {
+    spdlog::info("local workers finished; waiting for the other nodes (exit barrier, at most {})",
+                 absl::FormatDuration(o_.exit_barrier_timeout));
+    Event("exit_barrier", {{"round", a.round()}});
+  }
+  rdzv::RendezvousClient* client = o_.rdzv;
+  const std::string run_id = o_.run_id;
+  const int64_t round = a.round();
+  const int gws = a.group_world_size();
+  const int group_rank = a.group_rank();
+  const absl::Duration timeout = o_.exit_barrier_timeout;
+  int sig = 0;
+  WaitEnd end = Interruptible(
+      [client, run_id, round, group_rank, gws, timeout] {
+        ExitBarrier(client, run_id, round, group_rank, gws, timeout);
+      },
+      &sig, /*stop_on_round_end=*/true);
+  if (end == WaitEnd::kSignal) {
+    StopRoundMonitor();
+    return Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(sig), " during the exit barrier"),
+                   128 + sig};
+  }
+  if (end == WaitEnd::kRoundEnded) {
+    RoundEnd re = o_.round_monitor->Poll();
+    StopRoundMonitor();
+    // The last node through the barrier leaves ("finished"), which can end
+    // the round before this node's poll saw every key: one short look at
+    // the keys first.
+    if (!re.run_closed && !ExitBarrier(client, run_id, round, group_rank, gws, kExitBarrierRecheck)) {
+      // Another node restarts the job: the whole job succeeds only in one
+      // round, so this node joins the next one too.
+      const absl::Time now = o_.clock->Now();
+      return Stopped{StopCause::kMembershipChanged, absl::StrCat(re.reason, ", during the exit barrier"), 1,
+                     now, now};
+    }
+    if (re.run_closed) spdlog::warn("the run was closed during the exit barrier: {}", re.reason);
+  }
+  StopRoundMonitor();
+  return Stopped{StopCause::kSucceeded, "all workers finished", 0};
+}
+
+ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
+  StopRoundMonitor();
+  StopWorkers(SIGTERM);
+  std::vector<FailureRecord> failures = Failures();
+  run_.result.failures = failures;
+  if (failures.empty()) {
+    // Not reachable by CheckGroup's rules; never index an empty list.
+    return Stopped{StopCause::kAgentError, "worker group failed without a recorded failure"};
+  }
+  const FailureRecord& rc = failures[std::max(RootCauseIndex(failures), 0)];
+  int code = rc.status.LauncherExitCode();
+  // Detected when the launcher saw the first failure; stopped now.
+  return Stopped{StopCause::kWorkerFailed, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()),
+                 code == 0 ? 1 : code, rc.time, o_.clock->Now()};
+}
+
+ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const MonitorResult& m) {
+  switch (m.outcome) {
+    case Outcome::kSignal:
+      return StopOnSignal(m.signo);
+    case Outcome::kSucceeded:
+      return StopAfterSuccess(a);
+    case Outcome::kMembership: {
+      const absl::Time detected = o_.clock->Now();
+      StopRoundMonitor();
+      StopWorkers(SIGTERM);
+      return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now()};
+    }
+    case Outcome::kRunClosed:
+      StopRoundMonitor();
+      StopWorkers(SIGTERM);
+      return Stopped{StopCause::kRunClosed, absl::StrCat("the run was closed: ", m.reason)};
+    case Outcome::kFailed:
+      return StopAfterFailure();
+  }
+  return Stopped{StopCause::kAgentError, "unknown outcome"};
+}
+
+bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
+  switch (DecideNext(s.cause, run_.restart_count, o_.max_restarts)) {
+    case NextAction::kRestartFree:
+      spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", round, s.reason);
+      Event("round_ended", {{"round", round}, {"reason", s.reason}});
+      restart_ = PendingRestart{"membership", round, false, s.detected, s.stopped, {}};
+      return true;
+    case NextAction::kRestartCounted:
+      ++run_.restart_count;
+      spdlog::warn("worker group failed ({}); restarting, {} of {} restarts", s.reason, run_.restart_count,
+                   o_.max_restarts);
+      restart_ = PendingRestart{"worker_failed", round, true, s.detected, s.stopped, {}};
+      return true;
+    case NextAction::kExitSuccess:
+      Leave("finished");
+      o_.processes->DrainOutput(absl::Now() + kDrainWait);
+      spdlog::info("all {} workers finished", workers_.size());
+      break;
+    case NextAction::kExitFailure:
+      ExitFailure(s);
+      break;
+  }
+  run_.result.exit_code = s.exit_code;
+  Event("finished", {{"exit_code", int64_t{s.exit_code}}, {"reason", s.reason}});
+  return false;
+}
+
+void ElasticAgent::ExitFailure(const Stopped& s) {
+  switch (s.cause) {
+    case StopCause::kWorkerFailed: {
+      run_.result.summary = FormatFailureSummary(o_.program_name, run_.result.failures);
+      if (o_.print_summary) o_.print_summary(run_.result.summary);
+      auto st = o_.rdzv->Close(o_.run_id, s.reason, o_.node.node_id(), run_.proof);
+      if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+      Leave("failed");
+      return;
+    }
+    case StopCause::kRunClosed:
+      spdlog::error("{}", s.reason);
+      // Off the participant list: the node that serves the rendezvous waits
+      // for the others to leave before it exits.
+      Leave("the run was closed");
+      return;
+    case StopCause::kStopSignal:
+      Leave(s.reason);
+      return;
+    default:
+      spdlog::error("{}", s.reason);
+      return;
+  }
+}
+
+AgentResult ElasticAgent::Run() {
+  run_ = RunState{};
+  for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
+    std::optional<rdzv::v1::Assignment> a = JoinRound();
+    if (!a.has_value()) return run_.result;
+    BeginRound(*a);
+    const Stopped stopped = Stop(*a, Monitor());
+    if (!Conclude(stopped, a->round())) return run_.result;
   }
   spdlog::error("gave up after {} rounds", kMaxRounds);
-  result.exit_code = 1;
-  return result;
+  run_.result.exit_code = 1;
+  return run_.result;
 }
 
 }  // namespace cpptorchrun::launcher

@@ -20,11 +20,13 @@
 #include "absl/time/time.h"
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/progress_board.h"
+#include "launcher/agent/restart_policy.h"
 #include "launcher/agent/round_monitor.h"
 #include "launcher/workers/failure_summary.h"
 #include "launcher/workers/ports.h"
 #include "launcher/workers/process.h"
 #include "launcher/workers/std_spec.h"
+#include "launcher/workers/worker_env.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/client.h"
 #include "rendezvous/clock.h"
@@ -130,6 +132,12 @@ class ElasticAgent {
 
   std::string Prefix(int local_rank, int rank) const;
   void StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt);
+  // One worker: its folder, environment, streams and CPUs; its pid.
+  absl::StatusOr<pid_t> StartWorker(const rdzv::v1::Assignment& a, int restart_count,
+                                    const std::string& attempt_dir, Worker* w);
+  WorkerEnvInputs EnvInputs(const rdzv::v1::Assignment& a, int local_rank, int restart_count,
+                            const std::string& error_file) const;
+  StreamSink Sink(int local_rank, int rank, int bit, const std::string& attempt_dir) const;
   MonitorResult Monitor();
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
@@ -157,6 +165,36 @@ class ElasticAgent {
     bool counted = false;
     absl::Time detected, stopped, joined;
   };
+  // How a worker group stopped, for the restart policy (DecideNext).
+  struct Stopped {
+    StopCause cause = StopCause::kAgentError;
+    std::string reason;  // for the log, the events, Leave and Close
+    int exit_code = 1;   // the launcher's, when the policy says exit
+    absl::Time detected, stopped;
+  };
+  // One Run's state across rounds.
+  struct RunState {
+    int restart_count = 0;
+    int64_t last_round = 0;
+    int attempt = 0;
+    std::string proof;  // the current assignment's signature
+    AgentResult result;
+  };
+  // A round: join it (nullopt: the run is over, run_.result says how),
+  // start its workers, stop them (each outcome's way), then the policy.
+  std::optional<rdzv::v1::Assignment> JoinRound();
+  void BeginRound(const rdzv::v1::Assignment& a);
+  void RecordRestartPhases(const rdzv::v1::Assignment& a);
+  Stopped Stop(const rdzv::v1::Assignment& a, const MonitorResult& m);
+  Stopped StopOnSignal(int signo);
+  Stopped StopAfterSuccess(const rdzv::v1::Assignment& a);
+  Stopped StopAfterFailure();
+  // Applies DecideNext: true to join the next round, false when the run is
+  // over for this launcher (run_.result holds the exit code).
+  bool Conclude(const Stopped& s, int64_t round);
+  void ExitFailure(const Stopped& s);
+  void StopRoundMonitor();
+  void Leave(const std::string& reason);
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;
@@ -166,6 +204,7 @@ class ElasticAgent {
   int exit_sequence_ = 0;
   std::string host_;
   std::optional<PendingRestart> restart_;
+  RunState run_;
 };
 
 // "[${role_name}${local_rank}]:" with ${role_name}, ${rank}, ${local_rank}

@@ -42,6 +42,8 @@ NextAction DecideNext(StopCause cause, int restart_count, int max_restarts) {
     case StopCause::kMembershipChanged:
       return NextAction::kRestartFree;
     case StopCause::kRunClosed:
+    case StopCause::kStopSignal:
+    case StopCause::kAgentError:
       return NextAction::kExitFailure;
   }
   return NextAction::kExitFailure;

@@ -41,6 +41,8 @@ enum class StopCause {
   kWorkerFailed,       // exited non-zero, crashed or hung
   kMembershipChanged,  // a node died, left, or waits to join: the round ended
   kRunClosed,          // another node closed the run (out of restarts)
+  kStopSignal,         // the launcher was told to stop (SIGTERM, SIGINT, ...)
+  kAgentError,         // the agent cannot go on (no free port, the rendezvous failed)
 };
 
 enum class NextAction {
@@ -50,6 +52,9 @@ enum class NextAction {
   kExitFailure,
 };
 
+// Every way a worker group stops goes through this one rule: only a
+// worker's failure spends a restart; a membership change re-rendezvouses for
+// free; a stop signal, a closed run or an agent error ends the launcher.
 NextAction DecideNext(StopCause cause, int restart_count, int max_restarts);
 
 }  // namespace cpptorchrun::launcher

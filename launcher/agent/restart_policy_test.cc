@@ -53,6 +53,8 @@ TEST(DecideNext, RestartsOnlyFailuresCount) {
   EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 0, 0), NextAction::kExitFailure);
   EXPECT_EQ(DecideNext(StopCause::kMembershipChanged, 3, 3), NextAction::kRestartFree);
   EXPECT_EQ(DecideNext(StopCause::kRunClosed, 0, 3), NextAction::kExitFailure);
+  EXPECT_EQ(DecideNext(StopCause::kStopSignal, 0, 3), NextAction::kExitFailure) << "a signal spends no restart";
+  EXPECT_EQ(DecideNext(StopCause::kAgentError, 0, 3), NextAction::kExitFailure);
 }
 
 TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {

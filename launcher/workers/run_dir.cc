@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::launcher {
@@ -19,19 +20,10 @@ namespace {
 // sockaddr_un's sun_path is 108 bytes.
 constexpr size_t kMaxSocketPath = 100;
 
-bool MakeDirs(const std::string& path, std::string* error) {
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos == path.size() || path[pos] == '/') {
-      std::string prefix = path.substr(0, pos);
-      if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        *error = absl::StrCat(prefix, ": ", strerror(errno));
-        return false;
-      }
-    }
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *error = absl::StrCat(path, ": not a folder");
+// mkdir -p, then a writable folder.
+bool MakeWritableDirs(const std::string& path, std::string* error) {
+  if (absl::Status made = base::MakeDirs(path); !made.ok()) {
+    *error = std::string(made.message());
     return false;
   }
   if (access(path.c_str(), W_OK) != 0) {
@@ -78,7 +70,7 @@ absl::StatusOr<std::unique_ptr<RunDir>> RunDir::Create(const std::string& log_di
     // sharing --log_dir (one shared filesystem) and earlier runs of the same
     // id never write into each other's files. mkdtemp creates it with
     // O_EXCL semantics, so two launchers cannot both get one name.
-    if (!MakeDirs(log_dir, &error)) {
+    if (!MakeWritableDirs(log_dir, &error)) {
       RemoveTree(templ);
       return absl::InvalidArgumentError(absl::StrCat("--log_dir: cannot create ", error));
     }

@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "absl/time/time.h"
+
 namespace cpptorchrun::launcher {
 
 struct WorkerEnvInputs {
@@ -30,6 +32,10 @@ struct WorkerEnvInputs {
   std::string run_id;
   std::string error_file;
   std::string agent_socket;        // empty: not set
+  // --worker_timeout, for the worker's own stall bound (it stops
+  // heartbeating when no step completed for this long); set with
+  // agent_socket only.
+  absl::Duration worker_timeout = absl::ZeroDuration();
   std::string rdzv_endpoint;       // empty: not set
   std::string rdzv_token_file;     // empty: not set
   std::string rdzv_ca_file;        // TLS: the CA of the rendezvous's certificate; empty: plaintext

@@ -111,5 +111,15 @@ TEST(WorkerEnv, SingleWorkerLeavesOmpAlone) {
   EXPECT_EQ(env.count("CPPTORCHRUN_AGENT_SOCKET"), 1u);
 }
 
+TEST(WorkerEnv, TheWorkerTimeoutReachesTheWorkerWithTheAgentSocket) {
+  WorkerEnvInputs in = Inputs();
+  in.worker_timeout = absl::Milliseconds(2500);
+  EXPECT_EQ(BuildWorkerEnv(in).at("CPPTORCHRUN_WORKER_TIMEOUT_S"), "2.5");
+  in.agent_socket.clear();
+  in.base["CPPTORCHRUN_WORKER_TIMEOUT_S"] = "9";
+  EXPECT_EQ(BuildWorkerEnv(in).count("CPPTORCHRUN_WORKER_TIMEOUT_S"), 0u)
+      << "no agent socket, no heartbeats to bound; an outer launcher's value does not leak";
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher
