@@ -425,7 +425,11 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   absl::StatusOr<RendezvousSide> rdzv = SetUpRendezvous(c, *plan, local, endpoint_addresses);
   if (!rdzv.ok()) return ExitCodeFor(rdzv.status());
 
-  ProgressBoard board(rdzv::RealClock());
+  // The event log, in this launcher's log folder (event_log.h); torchrun's
+  // --event_log_handler console also logs each event.
+  std::unique_ptr<EventLog> events =
+      NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
+  ProgressBoard board(rdzv::RealClock(), events.get());
   std::unique_ptr<AgentService> agent_service;
   if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board); svc.ok()) {
     agent_service = std::move(*svc);
@@ -455,10 +459,6 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.progress = &board;
   o.round_monitor = monitor.get();
   o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
-  // The event log, in this launcher's log folder (event_log.h); torchrun's
-  // --event_log_handler console also logs each event.
-  std::unique_ptr<EventLog> events =
-      NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
   o.events = events.get();
   AgentResult result = ElasticAgent(o).Run();
 

@@ -18,23 +18,14 @@ class AgentService::Impl final : public v1::Agent::CallbackService {
 
   grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* ctx, const v1::Heartbeat* req,
                                           v1::HeartbeatAck* resp) override {
-    RankReport r;
-    r.rank = req->rank();
-    r.local_rank = req->local_rank();
-    r.pid = req->pid();
-    r.epoch = req->epoch();
-    r.step = req->step();
-    r.total_steps = req->total_steps();
-    r.loss = req->loss();
-    r.samples_per_s = req->samples_per_s();
     auto* reactor = ctx->DefaultReactor();
-    if (!board_->Heartbeat(r)) {
+    if (!board_->Heartbeat(*req)) {
       reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                    absl::StrCat("pid ", req->pid(), " is not the worker at local rank ",
                                                 req->local_rank())));
       return reactor;
     }
-    resp->set_stop_requested(stop_.load());
+    resp->set_stop_requested(board_->StopRequested());
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -42,35 +33,12 @@ class AgentService::Impl final : public v1::Agent::CallbackService {
   grpc::ServerUnaryReactor* SendEvent(grpc::CallbackServerContext* ctx, const v1::WorkerEvent* req,
                                       v1::EventAck*) override {
     auto* reactor = ctx->DefaultReactor();
-    ProgressBoard::Event e;
-    switch (req->kind()) {
-      case v1::WorkerEvent::STARTED:
-        e = ProgressBoard::Event::kStarted;
-        break;
-      case v1::WorkerEvent::RESUMED:
-        e = ProgressBoard::Event::kResumed;
-        break;
-      case v1::WorkerEvent::FINISHED:
-        e = ProgressBoard::Event::kFinished;
-        break;
-      case v1::WorkerEvent::FAILED:
-        e = ProgressBoard::Event::kFailed;
-        break;
-      default:
-        reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "event kind unspecified"));
-        return reactor;
-    }
-    if (!board_->RecordEvent(req->local_rank(), req->pid(), e, req->step())) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                   absl::StrCat("pid ", req->pid(), " is not the worker at local rank ",
-                                                req->local_rank())));
-      return reactor;
-    }
-    reactor->Finish(grpc::Status::OK);
+    const absl::Status recorded = board_->RecordEvent(*req);
+    reactor->Finish(recorded.ok() ? grpc::Status::OK
+                                  : grpc::Status(static_cast<grpc::StatusCode>(recorded.code()),
+                                                 std::string(recorded.message())));
     return reactor;
   }
-
-  std::atomic<bool> stop_{false};
 
  private:
   ProgressBoard* board_;
@@ -93,8 +61,6 @@ absl::StatusOr<std::unique_ptr<AgentService>> AgentService::Start(const std::str
 }
 
 AgentService::~AgentService() { Shutdown(); }
-
-void AgentService::RequestStop(bool stop) { impl_->stop_.store(stop); }
 
 void AgentService::Shutdown() {
   if (shut_down_) return;

@@ -26,8 +26,6 @@ class AgentService {
                                                              ProgressBoard* board);
   ~AgentService();
 
-  // Heartbeat answers carry stop_requested from now on. Thread-safe.
-  void RequestStop(bool stop);
   // Stops serving (bounded wait for calls in flight). Idempotent.
   void Shutdown();
   const std::string& target() const { return target_; }

@@ -39,10 +39,10 @@ TEST(AgentService, HeartbeatsAndEventsReachTheBoard) {
   }
   EXPECT_FALSE(ack.stop_requested());
   ASSERT_TRUE(board.LastHeartbeat(1).has_value());
-  EXPECT_EQ(board.Snapshot()[0].step, 17);
-  EXPECT_DOUBLE_EQ(board.Snapshot()[0].loss, 0.5);
+  EXPECT_EQ(board.Snapshot()[0].heartbeat.step(), 17);
+  EXPECT_DOUBLE_EQ(board.Snapshot()[0].heartbeat.loss(), 0.5);
 
-  (*svc)->RequestStop(true);
+  board.RequestStop();  // the agent is stopping the group
   {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->SendHeartbeat(&ctx, hb, &ack).ok());

@@ -209,6 +209,9 @@ bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
       } else if (err.status().code() != absl::StatusCode::kNotFound) {
         f.error_file = w.error_file;
         f.message = absl::StrCat("unreadable error file: ", err.status().message());
+      } else if (o_.progress != nullptr) {
+        // No error file: what the worker said in its FAILED event, if anything.
+        f.message = o_.progress->ReportedFailure(w.local_rank);
       }
       w.failure = f;
       spdlog::warn("worker rank {} (local rank {}, pid {}) failed: {}", w.rank, w.local_rank, pid,
@@ -286,6 +289,9 @@ void ElasticAgent::StopWorkers(int signo) {
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
   };
+  // Heartbeat answers say stop_requested from now on (a worker between
+  // steps stops cleanly even where the signal is not a stop signal to it).
+  if (o_.progress != nullptr) o_.progress->RequestStop();
   for (Worker& w : workers_) {
     w.stopping = true;
     if (!w.exited) o_.processes->SignalGroup(w.pid, signo);

@@ -253,11 +253,11 @@ TEST_F(AgentTest, SilentWorkerIsHungAndKilled) {
     int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
     if (lr != 1) return;
     p.CallAt(s.time + absl::Seconds(1), [this, pid = s.pid] {
-      RankReport hb;
-      hb.rank = 1;
-      hb.local_rank = 1;
-      hb.pid = pid;
-      hb.step = 42;
+      agent::v1::Heartbeat hb;
+      hb.set_rank(1);
+      hb.set_local_rank(1);
+      hb.set_pid(pid);
+      hb.set_step(42);
       board_.Heartbeat(hb);
     });
   };
@@ -276,9 +276,9 @@ TEST_F(AgentTest, HeartbeatsKeepAWorkerAlive) {
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     for (int i = 1; i <= 5; ++i) {
       p.CallAt(s.time + absl::Seconds(8 * i), [this, s] {
-        RankReport hb;
-        hb.local_rank = std::stoi(s.spec.env.at("LOCAL_RANK"));
-        hb.pid = s.pid;
+        agent::v1::Heartbeat hb;
+        hb.set_local_rank(std::stoi(s.spec.env.at("LOCAL_RANK")));
+        hb.set_pid(s.pid);
         board_.Heartbeat(hb);
       });
     }

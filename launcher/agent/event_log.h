@@ -5,6 +5,9 @@
 //                   master_addr, master_port, restart_count
 //   workers_started round, attempt, local_world_size, pids
 //   worker_failed   rank, local_rank, pid, status (as the summary says it)
+//   worker_resumed  rank, local_rank, pid, step (the worker restored its
+//                   checkpoint; from its RESUMED event)
+//   worker_reported_failure rank, local_rank, pid, message (its FAILED event)
 //   round_ended     round, reason (a node lost, left, joined, ...)
 //   restart         cause (worker_failed | membership), round,
 //                   restart_count, max_restarts, counted,

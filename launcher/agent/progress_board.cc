@@ -1,42 +1,82 @@
 // The progress board.
 #include "launcher/agent/progress_board.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace cpptorchrun::launcher {
 
 void ProgressBoard::Reset(const std::vector<int64_t>& pids) {
   absl::MutexLock lock(&mu_);
   pids_ = pids;
   reports_.clear();
+  stop_requested_ = false;
 }
 
-bool ProgressBoard::Heartbeat(const RankReport& report) {
-  absl::Time now = clock_->Now();
+bool ProgressBoard::IsCurrent(int local_rank, int64_t pid) const {
+  return local_rank >= 0 && local_rank < static_cast<int>(pids_.size()) && pids_[local_rank] == pid;
+}
+
+bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
+  const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  if (report.local_rank < 0 || report.local_rank >= static_cast<int>(pids_.size()) ||
-      pids_[report.local_rank] != report.pid) {
-    return false;
-  }
-  RankReport& r = reports_[report.local_rank];
-  bool finished = r.finished;
-  int64_t resumed = r.resumed_step;
-  r = report;
-  r.finished = finished;
-  r.resumed_step = resumed;
+  if (!IsCurrent(heartbeat.local_rank(), heartbeat.pid())) return false;
+  RankReport& r = reports_[heartbeat.local_rank()];
+  r.heartbeat = heartbeat;
   r.last_heartbeat = now;
   return true;
 }
 
-bool ProgressBoard::RecordEvent(int local_rank, int64_t pid, Event event, int64_t step) {
-  absl::MutexLock lock(&mu_);
-  if (local_rank < 0 || local_rank >= static_cast<int>(pids_.size()) || pids_[local_rank] != pid) {
-    return false;
+absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
+  using Kind = agent::v1::WorkerEvent;
+  if (e.kind() != Kind::STARTED && e.kind() != Kind::RESUMED && e.kind() != Kind::FINISHED &&
+      e.kind() != Kind::FAILED) {
+    return absl::InvalidArgumentError("event kind unspecified");
   }
-  RankReport& r = reports_[local_rank];
-  r.local_rank = local_rank;
-  r.pid = pid;
-  if (event == Event::kFinished) r.finished = true;
-  if (event == Event::kResumed) r.resumed_step = step;
-  return true;
+  const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!IsCurrent(e.local_rank(), e.pid())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pid ", e.pid(), " is not the worker at local rank ", e.local_rank()));
+    }
+    RankReport& r = reports_[e.local_rank()];
+    r.heartbeat.set_rank(e.rank());
+    r.heartbeat.set_local_rank(e.local_rank());
+    r.heartbeat.set_pid(e.pid());
+    switch (e.kind()) {
+      case Kind::STARTED:
+        if (!r.last_heartbeat.has_value()) r.last_heartbeat = now;
+        break;
+      case Kind::RESUMED:
+        r.resumed_step = e.step();
+        break;
+      case Kind::FINISHED:
+        r.finished = true;
+        break;
+      default:
+        r.failure = e.message().substr(0, 4096);
+        break;
+    }
+  }
+  if (events_ != nullptr && e.kind() == Kind::RESUMED) {
+    events_->Record("worker_resumed", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
+                                       {"pid", e.pid()}, {"step", e.step()}});
+  }
+  if (events_ != nullptr && e.kind() == Kind::FAILED) {
+    events_->Record("worker_reported_failure", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
+                                                {"pid", e.pid()}, {"message", e.message().substr(0, 4096)}});
+  }
+  return absl::OkStatus();
+}
+
+void ProgressBoard::RequestStop() {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = true;
+}
+
+bool ProgressBoard::StopRequested() const {
+  absl::MutexLock lock(&mu_);
+  return stop_requested_;
 }
 
 std::vector<RankReport> ProgressBoard::Snapshot() const {
@@ -57,6 +97,12 @@ bool ProgressBoard::Finished(int local_rank) const {
   absl::MutexLock lock(&mu_);
   auto it = reports_.find(local_rank);
   return it != reports_.end() && it->second.finished;
+}
+
+std::string ProgressBoard::ReportedFailure(int local_rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = reports_.find(local_rank);
+  return it == reports_.end() ? std::string() : it->second.failure;
 }
 
 void ProgressBoard::SetLastRestart(const rdzv::v1::RestartPhases& phases) {

@@ -13,41 +13,52 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "launcher/agent/event_log.h"
+#include "proto/agent.pb.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/clock.h"
 
 namespace cpptorchrun::launcher {
 
+// One local rank as the board knows it: the latest heartbeat as its worker
+// sent it (the agent proto's Heartbeat: one type from the worker to the
+// keep-alive), and what its events said.
 struct RankReport {
-  int rank = 0;
-  int local_rank = 0;
-  int64_t pid = 0;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int64_t total_steps = 0;
-  double loss = 0;
-  double samples_per_s = 0;
-  std::optional<absl::Time> last_heartbeat;  // none yet
+  agent::v1::Heartbeat heartbeat;            // the latest (rank, pid, epoch, step, loss, ...)
+  std::optional<absl::Time> last_heartbeat;  // when a heartbeat or STARTED came; none yet
   bool finished = false;                     // sent FINISHED: silence is expected
-  int64_t resumed_step = -1;                 // RESUMED event's step
+  int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
+  std::string failure;                       // FAILED: the worker's own message
 };
 
 // Thread-safe.
 class ProgressBoard {
  public:
-  explicit ProgressBoard(rdzv::Clock* clock) : clock_(clock) {}
+  // `events` (may be null) gets worker_resumed and worker_reported events.
+  explicit ProgressBoard(rdzv::Clock* clock, EventLog* events = nullptr) : clock_(clock), events_(events) {}
 
-  // A new group: forgets all reports; `pids[local_rank]` are the workers.
+  // A new group: forgets all reports and any stop request; `pids[local_rank]`
+  // are the workers.
   void Reset(const std::vector<int64_t>& pids);
 
-  // Records a heartbeat. Returns false (and records nothing) when `pid` is
-  // not the current worker at `local_rank` (a stale or foreign sender).
-  bool Heartbeat(const RankReport& report);
+  // Records a heartbeat. Returns false (and records nothing) when its pid is
+  // not the current worker at its local rank (a stale or foreign sender).
+  bool Heartbeat(const agent::v1::Heartbeat& heartbeat);
 
-  enum class Event { kStarted, kResumed, kFinished, kFailed };
-  bool RecordEvent(int local_rank, int64_t pid, Event event, int64_t step);
+  // Records an event, with the same check: STARTED is a sign of life (the
+  // worker's hang clock starts), RESUMED keeps the step it resumed from,
+  // FINISHED makes silence expected, FAILED keeps the worker's message (the
+  // failure summary's when it wrote no error file). InvalidArgument for an
+  // unspecified kind, FailedPrecondition for a foreign sender.
+  absl::Status RecordEvent(const agent::v1::WorkerEvent& event);
+
+  // The group is being stopped: heartbeat answers say stop_requested until
+  // the next Reset.
+  void RequestStop();
+  bool StopRequested() const;
 
   std::vector<RankReport> Snapshot() const;
   // This node's last restart (the agent sets it; the keep-alive carries it).
@@ -55,11 +66,17 @@ class ProgressBoard {
   std::optional<rdzv::v1::RestartPhases> LastRestart() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
   bool Finished(int local_rank) const;
+  // The FAILED event's message of the worker at `local_rank`; empty: none.
+  std::string ReportedFailure(int local_rank) const;
   rdzv::Clock* clock() const { return clock_; }
 
  private:
+  bool IsCurrent(int local_rank, int64_t pid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   rdzv::Clock* clock_;
+  EventLog* events_;
   mutable absl::Mutex mu_;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);
   std::optional<rdzv::v1::RestartPhases> last_restart_ ABSL_GUARDED_BY(mu_);

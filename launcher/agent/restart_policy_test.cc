@@ -1,11 +1,9 @@
-// Tests of the supervision rules with made-up times (no sleeping), and of
-// the progress board that feeds them.
+// Tests of the supervision rules with made-up times (no sleeping).
 #include "launcher/agent/restart_policy.h"
 
 #include <signal.h>
 
 #include "gtest/gtest.h"
-#include "launcher/agent/progress_board.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -55,29 +53,6 @@ TEST(DecideNext, RestartsOnlyFailuresCount) {
   EXPECT_EQ(DecideNext(StopCause::kRunClosed, 0, 3), NextAction::kExitFailure);
   EXPECT_EQ(DecideNext(StopCause::kStopSignal, 0, 3), NextAction::kExitFailure) << "a signal spends no restart";
   EXPECT_EQ(DecideNext(StopCause::kAgentError, 0, 3), NextAction::kExitFailure);
-}
-
-TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
-  rdzv::FakeClock clock(kT0);
-  ProgressBoard board(&clock);
-  board.Reset({11, 12});
-  RankReport r;
-  r.local_rank = 1;
-  r.pid = 99;  // not the worker at local rank 1
-  EXPECT_FALSE(board.Heartbeat(r));
-  r.pid = 12;
-  r.step = 5;
-  clock.Advance(absl::Seconds(2));
-  EXPECT_TRUE(board.Heartbeat(r));
-  EXPECT_EQ(*board.LastHeartbeat(1), kT0 + absl::Seconds(2));
-  EXPECT_FALSE(board.LastHeartbeat(0).has_value());
-  EXPECT_TRUE(board.RecordEvent(1, 12, ProgressBoard::Event::kFinished, 5));
-  EXPECT_TRUE(board.Finished(1));
-  EXPECT_FALSE(board.RecordEvent(0, 12, ProgressBoard::Event::kFinished, 5));
-  ASSERT_EQ(board.Snapshot().size(), 1u);
-  EXPECT_EQ(board.Snapshot()[0].step, 5);
-  board.Reset({21, 22});
-  EXPECT_TRUE(board.Snapshot().empty());
 }
 
 }  // namespace

@@ -82,13 +82,14 @@ class GrpcRoundMonitor final : public RoundMonitor {
           absl::Time now = options_.progress->clock()->Now();
           for (const RankReport& r : options_.progress->Snapshot()) {
             auto* p = req.add_progress();
-            p->set_rank(r.rank);
-            p->set_local_rank(r.local_rank);
-            p->set_epoch(r.epoch);
-            p->set_step(r.step);
-            p->set_total_steps(r.total_steps);
-            p->set_loss(r.loss);
-            p->set_samples_per_s(r.samples_per_s);
+            const agent::v1::Heartbeat& hb = r.heartbeat;
+            p->set_rank(hb.rank());
+            p->set_local_rank(hb.local_rank());
+            p->set_epoch(hb.epoch());
+            p->set_step(hb.step());
+            p->set_total_steps(hb.total_steps());
+            p->set_loss(hb.loss());
+            p->set_samples_per_s(hb.samples_per_s());
             p->set_heartbeat_age_ms(r.last_heartbeat ? absl::ToInt64Milliseconds(now - *r.last_heartbeat) : -1);
           }
         }

@@ -31,12 +31,12 @@ TEST(RoundMonitor, KeepAlivesCarryProgress) {
   FakeRendezvousClient client;
   ProgressBoard board(rdzv::RealClock());
   board.Reset({77});
-  RankReport r;
-  r.rank = 0;
-  r.local_rank = 0;
-  r.pid = 77;
-  r.step = 12;
-  r.loss = 0.25;
+  agent::v1::Heartbeat r;
+  r.set_rank(0);
+  r.set_local_rank(0);
+  r.set_pid(77);
+  r.set_step(12);
+  r.set_loss(0.25);
   ASSERT_TRUE(board.Heartbeat(r));
   rdzv::v1::RestartPhases phases;
   phases.set_cause("worker_failed");

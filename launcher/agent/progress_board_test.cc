@@ -1,0 +1,83 @@
+// The progress board: what workers report, checked against the current
+// group's pids, with a fake clock.
+#include "launcher/agent/progress_board.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "launcher/agent/event_log.h"
+
+namespace cpptorchrun::launcher {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
+  rdzv::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Reset({11, 12});
+  agent::v1::Heartbeat r;
+  r.set_local_rank(1);
+  r.set_pid(99);  // not the worker at local rank 1
+  EXPECT_FALSE(board.Heartbeat(r));
+  r.set_pid(12);
+  r.set_step(5);
+  clock.Advance(absl::Seconds(2));
+  EXPECT_TRUE(board.Heartbeat(r));
+  EXPECT_EQ(*board.LastHeartbeat(1), kT0 + absl::Seconds(2));
+  EXPECT_FALSE(board.LastHeartbeat(0).has_value());
+  agent::v1::WorkerEvent finished;
+  finished.set_local_rank(1);
+  finished.set_pid(12);
+  finished.set_kind(agent::v1::WorkerEvent::FINISHED);
+  finished.set_step(5);
+  EXPECT_TRUE(board.RecordEvent(finished).ok());
+  EXPECT_TRUE(board.Finished(1));
+  finished.set_local_rank(0);
+  EXPECT_EQ(board.RecordEvent(finished).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(board.Snapshot().size(), 1u);
+  EXPECT_EQ(board.Snapshot()[0].heartbeat.step(), 5);
+  board.Reset({21, 22});
+  EXPECT_TRUE(board.Snapshot().empty());
+}
+
+TEST(ProgressBoard, EventsAreActedOn) {
+  rdzv::FakeClock clock(kT0);
+  MemoryEventLog events;
+  ProgressBoard board(&clock, &events);
+  board.Reset({11, 12});
+  agent::v1::WorkerEvent e;
+  e.set_rank(4);
+  e.set_local_rank(0);
+  e.set_pid(11);
+  EXPECT_EQ(board.RecordEvent(e).code(), absl::StatusCode::kInvalidArgument) << "kind unspecified";
+  e.set_kind(agent::v1::WorkerEvent::STARTED);
+  clock.Advance(absl::Seconds(3));
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  EXPECT_EQ(*board.LastHeartbeat(0), kT0 + absl::Seconds(3)) << "STARTED starts the worker's hang clock";
+  e.set_kind(agent::v1::WorkerEvent::RESUMED);
+  e.set_step(120);
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  EXPECT_EQ(board.Snapshot()[0].resumed_step, 120);
+  e.set_kind(agent::v1::WorkerEvent::FAILED);
+  e.set_message("CUDA error: out of memory");
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  EXPECT_EQ(board.ReportedFailure(0), "CUDA error: out of memory");
+  EXPECT_EQ(board.ReportedFailure(1), "");
+  EXPECT_EQ(events.names(), (std::vector<std::string>{"worker_resumed", "worker_reported_failure"}));
+}
+
+TEST(ProgressBoard, AStopRequestLastsUntilTheNextGroup) {
+  rdzv::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Reset({11});
+  EXPECT_FALSE(board.StopRequested());
+  board.RequestStop();
+  EXPECT_TRUE(board.StopRequested());
+  board.Reset({21});
+  EXPECT_FALSE(board.StopRequested());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::launcher
