@@ -58,6 +58,72 @@ void BlockLauncherSignals(const std::vector<int>& signals) {
 
 namespace {
 
+// What execve needs, built before the fork (the child may only make
+// async-signal-safe calls).
+struct ExecImage {
+  explicit ExecImage(const ProcessSpec& spec) : argv_strings(spec.argv) {
+    env_strings.reserve(spec.env.size());
+    for (const auto& [k, v] : spec.env) env_strings.push_back(absl::StrCat(k, "=", v));
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    for (std::string& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    CPU_ZERO(&cpus);
+    for (int c : spec.cpus) {
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+    }
+    bind_cpus = !spec.cpus.empty();
+    prefer_node = spec.memory_node >= 0 && spec.memory_node < 1024;
+    if (prefer_node) node_mask[spec.memory_node / 64] |= 1UL << (spec.memory_node % 64);
+  }
+  ExecImage(const ExecImage&) = delete;
+  ExecImage& operator=(const ExecImage&) = delete;
+
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  std::vector<std::string> argv_strings;
+  std::vector<char*> argv;
+  cpu_set_t cpus;
+  bool bind_cpus = false;
+  unsigned long node_mask[16] = {0};  // 1024 nodes
+  bool prefer_node = false;
+};
+
+// The child between vfork and exec: its own process group, killed with its
+// parent, the pipes as stdout/stderr, default signal dispositions and an
+// empty mask, its CPUs and memory node; on exec failure its errno in the
+// parent's memory and exit 127.
+[[noreturn]] void ExecChild(const ExecImage& image, int out_w, int err_w, pid_t parent,
+                            volatile int* child_errno) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The launcher may have died before the prctl: then nobody would kill us.
+  if (getppid() != parent) _exit(126);
+  dup2(out_w, STDOUT_FILENO);
+  dup2(err_w, STDERR_FILENO);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Both are raw system calls on this task alone, inherited across exec.
+  if (image.bind_cpus) sched_setaffinity(0, sizeof(image.cpus), &image.cpus);
+  if (image.prefer_node) syscall(SYS_set_mempolicy, kMpolPreferred, image.node_mask, 1024 + 1);
+  execve(image.argv[0], image.argv.data(), image.envp.data());
+  *child_errno = errno;
+  _exit(127);
+}
+
+// Waits for a child that is known to be ending.
+void ReapEnding(pid_t pid) {
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+}
+
 class RealProcessLauncher final : public ProcessLauncher {
  public:
   RealProcessLauncher(int signal_fd, int wake_fd) : signal_fd_(signal_fd), wake_fd_(wake_fd) {}
@@ -70,27 +136,7 @@ class RealProcessLauncher final : public ProcessLauncher {
     if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
     // Everything the child needs is prepared before fork: between fork and
     // exec only async-signal-safe calls are made.
-    std::vector<std::string> env_strings;
-    env_strings.reserve(spec.env.size());
-    for (const auto& [k, v] : spec.env) env_strings.push_back(absl::StrCat(k, "=", v));
-    std::vector<char*> envp;
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_strings = spec.argv;
-    std::vector<char*> argv;
-    for (std::string& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
-
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    for (int c : spec.cpus) {
-      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
-    }
-    const bool bind_cpus = !spec.cpus.empty();
-    unsigned long node_mask[16] = {0};  // 1024 nodes
-    const bool prefer_node = spec.memory_node >= 0 && spec.memory_node < 1024;
-    if (prefer_node) node_mask[spec.memory_node / 64] |= 1UL << (spec.memory_node % 64);
-
+    ExecImage image(spec);
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe");
     if (pipe2(err, O_CLOEXEC) != 0) {
@@ -107,46 +153,20 @@ class RealProcessLauncher final : public ProcessLauncher {
       CloseAll({out[0], out[1], err[0], err[1]});
       return Errno("fork");
     }
-    if (pid == 0) {
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      // The launcher may have died before the prctl: then nobody would kill us.
-      if (getppid() != parent) _exit(126);
-      dup2(out[1], STDOUT_FILENO);
-      dup2(err[1], STDERR_FILENO);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int s = 1; s < NSIG; ++s) {
-        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, nullptr);
-      }
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      // Both are raw system calls on this task alone, inherited across exec.
-      if (bind_cpus) sched_setaffinity(0, sizeof(cpus), &cpus);
-      if (prefer_node) syscall(SYS_set_mempolicy, kMpolPreferred, node_mask, 1024 + 1);
-      execve(argv[0], argv.data(), envp.data());
-      child_errno = errno;
-      _exit(127);
-    }
+    if (pid == 0) ExecChild(image, out[1], err[1], parent, &child_errno);
     setpgid(pid, pid);  // harmless if the child did it already
     close(out[1]);
     close(err[1]);
     if (child_errno != 0) {
-      int ws = 0;
-      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-      }
+      ReapEnding(pid);
       CloseAll({out[0], err[0]});
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot exec ", spec.argv[0], ": ", strerror(child_errno)));
+      return absl::FailedPreconditionError(absl::StrCat("cannot exec ", spec.argv[0], ": ", strerror(child_errno)));
     }
     absl::Status s1 = mux_.Add(out[0], spec.stdout_sink);
     absl::Status s2 = mux_.Add(err[0], spec.stderr_sink);
     if (!s1.ok() || !s2.ok()) {
       kill(-pid, SIGKILL);
-      int ws = 0;
-      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-      }
+      ReapEnding(pid);
       return !s1.ok() ? s1 : s2;
     }
     return pid;
