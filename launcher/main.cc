@@ -460,19 +460,18 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.round_monitor = monitor.get();
   o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
   o.events = events.get();
-  AgentResult result = ElasticAgent(o).Run();
-
+  ElasticAgent agent(o);
+  const AgentResult result = agent.Run();
   if (rdzv->server != nullptr && !rdzv->loopback_embed) LingerWhileOthersUseIt(rdzv->client.get(), c.rdzv_id);
-  // The agent service is not shut down (gRPC's shutdown takes tens of
-  // milliseconds): the process ends below, and its socket is removed.
   (*run_dir)->Finish(/*keep_logs=*/c.redirects.all || c.tee.all || c.redirects.per_rank_form ||
                      c.tee.per_rank_form);
-  // Threads blocked in long polls (the round monitor, a helper that
-  // outlived a signal) are not waited for: the process ends here.
-  spdlog::shutdown();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  _exit(result.exit_code);
+  // An orderly end: calls still in flight on the rendezvous client (a Join
+  // that outlived a signal, the round monitor's Watch) end now, so the
+  // threads this launcher started are joined as the objects above go: the
+  // agent's helpers, the round monitor, the agent service and the embedded
+  // server, in reverse order of their making.
+  rdzv->client->Cancel();
+  return result.exit_code;
 }
 
 }  // namespace
@@ -504,5 +503,7 @@ int main(int argc, char** argv) {
   for (const std::string& note : parsed->launch.notes) spdlog::info("{}", note);
   for (const std::string& warning : parsed->launch.warnings) spdlog::warn("{}", warning);
   spdlog::debug("cpptorchrun {} starting", kVersion);
-  return Launch(parsed->launch, env);
+  const int code = Launch(parsed->launch, env);
+  spdlog::shutdown();
+  return code;
 }

@@ -70,6 +70,12 @@ class RendezvousClient {
 
   // The store of (run_id, round), over the same connection.
   virtual std::unique_ptr<Store> OpenStore(const std::string& run_id, int64_t round) = 0;
+
+  // For shutting down: every call in flight on this client (and its
+  // stores) ends now, and every later one at once, with CANCELLED, so that
+  // threads blocked in long polls can be joined. Thread-safe. The default
+  // is for clients whose calls never block.
+  virtual void Cancel() {}
 };
 
 // Never null. A bad endpoint or unreadable root certificate makes every call

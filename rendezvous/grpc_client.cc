@@ -77,6 +77,29 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Open(const ClientOptions
   return connection;
 }
 
+void Connection::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
+}
+
+bool Connection::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool Connection::Register(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  in_flight_.insert(ctx);
+  return true;
+}
+
+void Connection::Unregister(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(ctx);
+}
+
 absl::Status Connection::Call(const char* what, absl::Duration wait,
                               const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
   const absl::Time give_up = absl::Now() + options_.retry_budget;
@@ -85,7 +108,9 @@ absl::Status Connection::Call(const char* what, absl::Duration wait,
     grpc::ClientContext ctx;
     ctx.set_deadline(ToChrono(absl::Now() + options_.call_timeout + wait));
     if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+    if (!Register(&ctx)) return absl::CancelledError(absl::StrCat(what, ": the client is shutting down"));
     grpc::Status status = rpc(&ctx);
+    Unregister(&ctx);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpc(status);
     absl::Duration sleep = backoff * Jitter();
     if (absl::Now() + sleep >= give_up) {
@@ -94,7 +119,12 @@ absl::Status Connection::Call(const char* what, absl::Duration wait,
           " attempts over ", absl::FormatDuration(options_.retry_budget), ": ",
           status.error_message()));
     }
-    absl::SleepFor(sleep);
+    {
+      // The backoff ends early when the connection is cancelled.
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&cancelled_), sleep);
+      if (cancelled_) return absl::CancelledError(absl::StrCat(what, ": the client is shutting down"));
+    }
     backoff = std::min(backoff * 2, options_.backoff_max);
   }
 }
@@ -241,6 +271,10 @@ class GrpcRendezvousClient final : public RendezvousClient {
  public:
   explicit GrpcRendezvousClient(absl::StatusOr<std::shared_ptr<Connection>> connection)
       : connection_(std::move(connection)) {}
+
+  void Cancel() override {
+    if (connection_.ok()) (*connection_)->Cancel();
+  }
 
   absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) override {
     if (!connection_.ok()) return connection_.status();

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
@@ -34,9 +36,22 @@ class Connection {
   v1::Rendezvous::Stub* stub() { return stub_.get(); }
   const ClientOptions& options() const { return options_; }
 
+  // Ends every call in flight (and its retries) now, and makes every later
+  // call fail at once, with CANCELLED. For shutting down: a thread blocked
+  // in a long poll returns and can be joined. Thread-safe.
+  void Cancel();
+  bool cancelled() const;
+
  private:
   explicit Connection(const ClientOptions& options) : options_(options) {}
+  // The calls in flight, so that Cancel reaches them.
+  bool Register(grpc::ClientContext* ctx);
+  void Unregister(grpc::ClientContext* ctx);
+
   ClientOptions options_;
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
   std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;

@@ -68,6 +68,14 @@ ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_
   host_ = o_.node.host();
 }
 
+ElasticAgent::~ElasticAgent() {
+  // Helpers still in a call: an exit barrier sees the flag within a second;
+  // a Join ends when the owner cancels the rendezvous client (main does,
+  // before the agent goes).
+  cancelled_->store(true);
+  for (std::thread& t : unfinished_) t.join();
+}
+
 bool ElasticAgent::IsStopSignal(int signo) const {
   return std::find(o_.stop_signals.begin(), o_.stop_signals.end(), signo) != o_.stop_signals.end();
 }
@@ -343,17 +351,19 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
   auto shared = std::make_shared<Shared>();
   ProcessLauncher* processes = o_.processes;
   // The helper may outlive this call when a signal or a round end comes
-  // first; it then wakes nobody (the process exits, or moves on, soon after).
+  // first; it then wakes nobody, and the destructor joins it.
   std::thread helper([shared, fn, processes] {
     fn();
     absl::MutexLock lock(&shared->mu);
     shared->done = true;
     if (!shared->abandoned) processes->Wakeup();
   });
-  auto abandon = [&shared, &helper] {
-    absl::MutexLock lock(&shared->mu);
-    shared->abandoned = true;
-    helper.detach();
+  auto abandon = [this, &shared, &helper] {
+    {
+      absl::MutexLock lock(&shared->mu);
+      shared->abandoned = true;
+    }
+    unfinished_.push_back(std::move(helper));
   };
   auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
   {
@@ -384,7 +394,8 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
 }
 
 bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id,
-                               int64_t round, int group_rank, int group_world_size, absl::Duration timeout) {
+                               int64_t round, int group_rank, int group_world_size, absl::Duration timeout,
+                               const std::atomic<bool>* cancelled) {
   if (group_world_size <= 1) return true;
   // One key per node, set again every kExitBarrierRefresh while waiting: a
   // rendezvous server restarted during the barrier (its store emptied)
@@ -396,6 +407,7 @@ bool ElasticAgent::ExitBarrier(rdzv::RendezvousClient* client, const std::string
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last;
   for (;;) {
+    if (cancelled != nullptr && cancelled->load()) return false;
     if (absl::Status set = store->Set(keys[group_rank], "1"); !set.ok()) last = set;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) break;
@@ -535,8 +547,8 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
   const absl::Duration timeout = o_.exit_barrier_timeout;
   int sig = 0;
   WaitEnd end = Interruptible(
-      [client, run_id, round, group_rank, gws, timeout] {
-        ExitBarrier(client, run_id, round, group_rank, gws, timeout);
+      [client, run_id, round, group_rank, gws, timeout, cancelled = cancelled_] {
+        ExitBarrier(client, run_id, round, group_rank, gws, timeout, cancelled.get());
       },
       &sig, /*stop_on_round_end=*/true);
   if (end == WaitEnd::kSignal) {

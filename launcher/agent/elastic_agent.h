@@ -11,10 +11,13 @@
 #ifndef CPPTORCHRUN_LAUNCHER_ELASTIC_AGENT_H_
 #define CPPTORCHRUN_LAUNCHER_ELASTIC_AGENT_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -109,6 +112,12 @@ struct AgentResult {
 class ElasticAgent {
  public:
   explicit ElasticAgent(AgentOptions options);
+  // Joins the helper threads whose blocking call outlived a signal or a
+  // round end (see Interruptible). Cancel the rendezvous client first
+  // (RendezvousClient::Cancel) so that a Join still waiting ends at once.
+  ~ElasticAgent();
+  ElasticAgent(const ElasticAgent&) = delete;
+  ElasticAgent& operator=(const ElasticAgent&) = delete;
   // Runs the job to its end. Never throws; every failure is an exit code.
   AgentResult Run();
 
@@ -146,15 +155,16 @@ class ElasticAgent {
   enum class WaitEnd { kDone, kSignal, kRoundEnded };
   // Runs `fn` on a helper thread while still answering signals: kSignal
   // (with *signo) when a stop signal came first, kRoundEnded when the round
-  // ended first and `stop_on_round_end`; the helper is then left to finish
-  // on its own.
+  // ended first and `stop_on_round_end`; the helper then finishes its call
+  // on its own and the destructor joins it.
   WaitEnd Interruptible(const std::function<void()>& fn, int* signo, bool stop_on_round_end);
   // Sets this node's key in the round's store and waits (bounded) until
   // every node's key is there, setting its own again every second (a
-  // restarted rendezvous server has an empty store). Static: it may run on
-  // a detached helper thread.
+  // restarted rendezvous server has an empty store); false at once when
+  // `cancelled` (may be null) is set. Static: it runs on a helper thread.
   static bool ExitBarrier(rdzv::RendezvousClient* client, const std::string& run_id, int64_t round,
-                          int group_rank, int group_world_size, absl::Duration timeout);
+                          int group_rank, int group_world_size, absl::Duration timeout,
+                          const std::atomic<bool>* cancelled = nullptr);
   bool IsStopSignal(int signo) const;
 
   // A restart on its way: when its failure was detected, the old workers
@@ -205,6 +215,10 @@ class ElasticAgent {
   std::string host_;
   std::optional<PendingRestart> restart_;
   RunState run_;
+  // Helpers whose call outlived Interruptible's wait; joined by the destructor.
+  std::vector<std::thread> unfinished_;
+  // Set by the destructor: exit barriers still running stop.
+  std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // "[${role_name}${local_rank}]:" with ${role_name}, ${rank}, ${local_rank}
