@@ -4,7 +4,8 @@ has it, interleaved A, B, A, B so that ratios hold on a noisy machine.
 
 Writes bench/results.json (every sample, machine-readable), bench/REPORT.md
 (tables: median, min, max) and PNG plots drawn with gnuplot. Run it through
-tools/bench, which builds the binaries with --config=bench first.
+tools/bench, which builds the binaries with --config=bench first and runs
+this as the module bench.bench from the repository root.
 """
 import argparse
 import datetime
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from bench import ddp_bench, recovery_bench, train_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
@@ -196,10 +199,6 @@ def section_fuzz(ctx, res):
     if r.returncode != 0:
         raise RuntimeError("a fuzz target crashed: %s" % r.stderr[-800:])
 
-
-import ddp_bench  # noqa: E402  (bench/, beside this file)
-import recovery_bench  # noqa: E402
-import train_bench  # noqa: E402
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "training": train_bench.section_training, "ddp": ddp_bench.section_ddp,

@@ -35,14 +35,15 @@ ready only with the backward pass's last gradient, so nothing to hide
 behind) and a deeper one (784-512-512-512-512-10 at --bucket_cap_mb 1: four
 buckets, the last one 1.6 MB).
 
-Standalone:  /usr/bin/python3 bench/ddp_bench.py --bin <bazel-bin> [--rounds 2]
+Standalone, from the repository root:
+  /usr/bin/python3 -m bench.ddp_bench --bin <bazel-bin> [--rounds 2]
 In the runner: bench.py registers section_ddp (section "ddp").
 """
 import argparse
 import statistics
 import sys
 
-import train_bench
+from bench import train_bench
 
 MODELS = {
     # name: (train/reference flags, training samples of a full and a --quick run)

@@ -24,16 +24,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import harness  # noqa: E402  (tests/: the namespace cluster)
-import jobs  # noqa: E402
+from tests import harness, jobs  # the namespace cluster, the job's nodes
 
 MONITOR_INTERVAL = "0.05"
 CHECKPOINT_EVERY = "16"

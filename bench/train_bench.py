@@ -9,7 +9,8 @@ Goals (issue 5): at world 2, >= 1.15x the reference's samples/s, and
 scaling efficiency samples/s(2) / (2 x samples/s(1)) >= 92%, at equal
 accuracy.
 
-Standalone:  /usr/bin/python3 bench/train_bench.py --bin <bazel-bin> [--repeat 2]
+Standalone, from the repository root:
+  /usr/bin/python3 -m bench.train_bench --bin <bazel-bin> [--repeat 2]
 In the runner: bench.py registers section_training (section "training").
 """
 import argparse

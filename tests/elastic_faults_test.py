@@ -13,8 +13,8 @@ import signal
 import subprocess
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]

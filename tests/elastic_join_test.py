@@ -11,8 +11,8 @@ import os
 import random
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 SAMPLES = 24576
 TRAIN = ["--epochs", "1", "--limit", str(SAMPLES), "--checkpoint_every", "8",

@@ -16,8 +16,8 @@ import signal
 import time
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "24576", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]

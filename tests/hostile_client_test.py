@@ -35,8 +35,8 @@ import subprocess
 import sys
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "12288", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]
@@ -68,7 +68,7 @@ def attack(name, endpoint, token, run_id):
     """Sends attack `name`; returns the status code and details it got, the
     run's status before and after, and for a made-up run what the server
     says of it afterwards."""
-    import rdzv_wire
+    from tests import rdzv_wire
     client = rdzv_wire.Client(endpoint, token)
     pb = client.pb
     before = _status(client, run_id)
@@ -256,9 +256,10 @@ class HostileClientTest(unittest.TestCase):
         """Runs attack `name` on host 3 (not a node of the job); its report."""
         attacker = self.cluster.hosts[3]
         argv = ["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
-                os.path.abspath(__file__), "--attack", name, self.server.endpoint, self.token, self.run_id]
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
-        r = subprocess.run(attacker.argv(argv), capture_output=True, text=True, timeout=120, env=env)
+                "-m", "tests.hostile_client_test", "--attack", name, self.server.endpoint, self.token,
+                self.run_id]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run(attacker.argv(argv), capture_output=True, text=True, timeout=120, cwd=root)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         report = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertEqual(report["before"]["code"], "OK", report)

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-import harness
+from tests import harness
 
 LAUNCHER = "launcher/cpptorchrun"
 SERVER = "rendezvous/rendezvous_server"

@@ -12,8 +12,8 @@ import subprocess
 import time
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "12288", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]

@@ -16,8 +16,8 @@ import random
 import subprocess
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "6144", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]

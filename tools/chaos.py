@@ -17,9 +17,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import harness  # noqa: E402
-import jobs  # noqa: E402
+from tests import harness, jobs
 
 
 def start_node(cluster, i, work, server, run_id, args, name):
