@@ -4,7 +4,8 @@ has it, interleaved A, B, A, B so that ratios hold on a noisy machine.
 
 Writes bench/results.json (every sample, machine-readable), bench/REPORT.md
 (tables: median, min, max) and PNG plots drawn with gnuplot. Run it through
-tools/bench, which builds the binaries with --config=bench first.
+tools/bench, which builds the binaries with --config=bench first and runs
+this as the module bench.bench from the repository root.
 """
 import argparse
 import datetime
@@ -14,10 +15,14 @@ import platform
 import re
 import shutil
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+from bench import ddp_bench, recovery_bench, train_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
@@ -25,35 +30,65 @@ PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
 
 # --- measuring ----------------------------------------------------------------
 
+class Measured:
+    """One timed run: wall seconds, peak RSS in MB of the largest process of
+    the tree that was waited for, CPU seconds (user + system) of that tree,
+    exit code, and whether the timeout killed it."""
+
+    def __init__(self, wall, rss_mb, cpu, code, timed_out):
+        self.wall, self.rss_mb, self.cpu, self.code, self.timed_out = wall, rss_mb, cpu, code, timed_out
+
+    def failure(self, what):
+        """None when the run succeeded, else why it did not, for the report."""
+        if self.timed_out:
+            return "%s killed by the timeout after %.1f s" % (what, self.wall)
+        return None if self.code == 0 else "%s exited %d" % (what, self.code)
+
+
 def run_measured(argv, env=None, timeout=600, cwd=None, stdout=subprocess.DEVNULL):
-    """Runs argv; returns (wall seconds, peak RSS in MB of the largest process
-    of the tree that was waited for, exit code)."""
+    """Runs argv in a session of its own and blocks in waitid until it
+    exits, so that nothing polls beside the run being timed; a timer thread
+    kills the session after `timeout` s. The exit is first seen without
+    reaping (WNOWAIT): until wait4 reaps the child its pid, the session's
+    id, cannot be reused, so the timer never signals a stranger."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    lock = threading.Lock()
+    state = {"exited": False, "killed": False}
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, env=full_env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT,
                          start_new_session=True)
-    deadline = t0 + timeout
-    while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            os.killpg(p.pid, 9)
-            pid, status, usage = os.wait4(p.pid, 0)
-            break
-        time.sleep(0.001)
+
+    def kill():
+        with lock:
+            if not state["exited"]:
+                state["killed"] = True
+                os.killpg(p.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, kill)
+    timer.daemon = True
+    timer.start()
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
     wall = time.perf_counter() - t0
+    with lock:
+        state["exited"] = True
+    timer.cancel()
+    _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss / 1024.0, p.returncode
+    return Measured(wall, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime, p.returncode,
+                    state["killed"])
 
 
 class Results:
-    """Figures: name -> {unit, better, samples}; plus notes per section."""
+    """Figures: name -> {unit, better, samples}; notes per section; and every
+    failed run per section, [{"run", "reason"}], which the report counts
+    and lists (a run retried after a failure is in the figures once and in
+    the failures once per failed attempt)."""
 
     def __init__(self):
         self.figures = {}
         self.notes = {}
+        self.failed_runs = {}
 
     def add(self, name, value, unit, better="lower"):
         f = self.figures.setdefault(name, {"unit": unit, "better": better, "samples": []})
@@ -61,6 +96,9 @@ class Results:
 
     def note(self, section, text):
         self.notes.setdefault(section, []).append(text)
+
+    def failed(self, section, run, reason):
+        self.failed_runs.setdefault(section, []).append({"run": run, "reason": reason})
 
     def stat(self, name):
         s = self.figures.get(name, {}).get("samples") or []
@@ -90,34 +128,36 @@ def have_torch():
 # --- sections -------------------------------------------------------------------
 
 def section_launch(ctx, res):
-    """Wall time and peak RSS of launching N no-op workers."""
+    """Wall time, CPU time and peak RSS of launching N no-op workers."""
     launcher = os.path.join(ctx.bin, "launcher", "cpptorchrun")
     torch_ok = have_torch()
     if not torch_ok:
         res.note("launch", "torchrun not measured: %s has no torch" % PY)
+    # One untimed launch first: the binaries and libraries into the page cache.
+    run_measured([launcher, "--standalone", "--nproc_per_node=1", "--no_python", "/bin/true"], timeout=60)
     for n in (1, 2, 4, 8):
         # torchrun takes seconds a launch: --quick repeats the small sizes less.
         repeat = (3 if n == 8 else 2) if ctx.quick else 15
-        def ours(n=n):
-            wall, rss, rc = run_measured([launcher, "--standalone", "--nproc_per_node=%d" % n,
-                                          "--no_python", "/bin/true"])
-            if rc != 0:
-                raise RuntimeError("cpptorchrun exited %d" % rc)
-            res.add("launch/cpptorchrun/nproc=%d/wall_ms" % n, wall * 1e3, "ms")
-            res.add("launch/cpptorchrun/nproc=%d/peak_rss_mb" % n, rss, "MB")
-
-        def ref(n=n):
-            wall, rss, rc = run_measured([PY, os.path.join(ROOT, "bench", "torchrun_ref.py"),
-                                          "--standalone", "--nproc_per_node=%d" % n,
-                                          "--no_python", "/bin/true"])
-            if rc != 0:
-                raise RuntimeError("torchrun exited %d" % rc)
-            res.add("launch/torchrun/nproc=%d/wall_ms" % n, wall * 1e3, "ms")
-            res.add("launch/torchrun/nproc=%d/peak_rss_mb" % n, rss, "MB")
-
+        ours = lambda n=n: launch_once(res, "cpptorchrun", n, [launcher])
+        ref = lambda n=n: launch_once(res, "torchrun", n, [PY, os.path.join(ROOT, "bench", "torchrun_ref.py")])
         interleave([ours] + ([ref] if torch_ok else []), repeat)
     res.note("launch", "peak RSS is ru_maxrss from wait4: the largest single process "
-                       "of the launcher's tree (the launcher itself for /bin/true workers)")
+                       "of the launcher's tree (the launcher itself for /bin/true workers); "
+                       "CPU is user + system time of the launcher and the workers it reaped")
+
+
+def launch_once(res, who, n, launcher_argv):
+    """One timed `<launcher> --standalone --nproc_per_node=n --no_python
+    /bin/true`; a failed launch is recorded and fails the section."""
+    m = run_measured(list(launcher_argv) + ["--standalone", "--nproc_per_node=%d" % n, "--no_python",
+                                            "/bin/true"], timeout=120)
+    why = m.failure("%s --nproc_per_node=%d" % (who, n))
+    if why:
+        res.failed("launch", "%s/nproc=%d" % (who, n), why)
+        raise RuntimeError(why)
+    res.add("launch/%s/nproc=%d/wall_ms" % (who, n), m.wall * 1e3, "ms")
+    res.add("launch/%s/nproc=%d/cpu_ms" % (who, n), m.cpu * 1e3, "ms")
+    res.add("launch/%s/nproc=%d/peak_rss_mb" % (who, n), m.rss_mb, "MB")
 
 
 def section_rendezvous(ctx, res):
@@ -159,10 +199,6 @@ def section_fuzz(ctx, res):
     if r.returncode != 0:
         raise RuntimeError("a fuzz target crashed: %s" % r.stderr[-800:])
 
-
-import ddp_bench  # noqa: E402  (bench/, beside this file)
-import recovery_bench  # noqa: E402
-import train_bench  # noqa: E402
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "training": train_bench.section_training, "ddp": ddp_bench.section_ddp,
@@ -217,7 +253,7 @@ def write_report(ctx, res, info, plots):
                  info["python_torch"], info["git"]),
              "", "Each figure: median (min-max) over n runs; the reference ran in the same run, interleaved.", ""]
     summary = res.summary()
-    sections = sorted({k.split("/")[0] for k in summary} | set(res.notes))
+    sections = sorted({k.split("/")[0] for k in summary} | set(res.notes) | set(res.failed_runs))
     for sec in sections:
         lines += ["## " + sec, ""]
         rows = [(k, v) for k, v in sorted(summary.items()) if k.startswith(sec + "/")]
@@ -231,6 +267,10 @@ def write_report(ctx, res, info, plots):
             lines.append("- " + r)
         for n in res.notes.get(sec, []):
             lines.append("- " + n)
+        failed = res.failed_runs.get(sec, [])
+        if failed:
+            lines.append("- failed runs: %d" % len(failed))
+            lines += ["  - %s: %s" % (f["run"], f["reason"]) for f in failed]
         for p in plots.get(sec, []):
             lines += ["", "![%s](%s)" % (os.path.basename(p), os.path.basename(p))]
         lines.append("")
@@ -317,6 +357,7 @@ def main():
             for v in fig["samples"]:
                 res.add(name, v, fig["unit"], fig.get("better", "lower"))
         res.notes = old.get("notes", {})
+        res.failed_runs = old.get("failed_runs", {})
         ctx.quick = old.get("quick", False)
         write_report(ctx, res, old["machine"], make_plots(ctx, res))
         return 0
@@ -341,11 +382,14 @@ def main():
     info = machine_info()
     with open(os.path.join(ctx.out, "results.json"), "w") as f:
         json.dump({"machine": info, "quick": ctx.quick, "figures": res.summary(), "notes": res.notes,
-                   "ratios": ctx.ratios}, f, indent=1, sort_keys=True)
+                   "failed_runs": res.failed_runs, "ratios": ctx.ratios}, f, indent=1, sort_keys=True)
     write_report(ctx, res, info, plots)
     print("wrote %s/results.json and %s/REPORT.md in %.0f s" % (ctx.out, ctx.out, time.monotonic() - t0))
     if args.compare:
         compare(args.compare, res)
+    for sec, runs in sorted(res.failed_runs.items()):
+        print("%s: %d failed run(s): %s" % (sec, len(runs), "; ".join(
+            "%s (%s)" % (f["run"], f["reason"]) for f in runs)), file=sys.stderr)
     if failed:
         print("failed sections: %s" % ", ".join(failed), file=sys.stderr)
         return 1

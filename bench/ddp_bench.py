@@ -35,14 +35,15 @@ ready only with the backward pass's last gradient, so nothing to hide
 behind) and a deeper one (784-512-512-512-512-10 at --bucket_cap_mb 1: four
 buckets, the last one 1.6 MB).
 
-Standalone:  /usr/bin/python3 bench/ddp_bench.py --bin <bazel-bin> [--rounds 2]
+Standalone, from the repository root:
+  /usr/bin/python3 -m bench.ddp_bench --bin <bazel-bin> [--rounds 2]
 In the runner: bench.py registers section_ddp (section "ddp").
 """
 import argparse
 import statistics
 import sys
 
-import train_bench
+from bench import train_bench
 
 MODELS = {
     # name: (train/reference flags, training samples of a full and a --quick run)
@@ -52,15 +53,16 @@ MODELS = {
 OURS_MODES = ("off", "after_backward", "overlap")
 
 
-def one_round(bin_dir, model, limit, with_reference, log, timeout=900):
-    """One run of each implementation: {who: metrics} for those that worked."""
+def one_round(bin_dir, model, limit, with_reference, log, failed, timeout=900):
+    """One run of each implementation: {who: metrics} for those that worked;
+    every failed attempt goes to failed(run, reason)."""
     flags = MODELS[model][0] + ["--allreduce", "rotate"]
     runs = [("cpptorchrun", lambda: train_bench.ours(bin_dir, 2, 1, timeout, limit, flags))]
     if with_reference:
         runs.append(("python", lambda: train_bench.reference(2, 1, timeout, limit, flags)))
     out = {}
     for who, fn in runs:
-        m = train_bench.attempt_twice("%s %s" % (model, who), fn, log)
+        m = train_bench.attempt_twice("%s %s" % (model, who), fn, log, failed)
         if m is None:
             continue
         out[who] = m
@@ -107,7 +109,9 @@ def section_ddp(ctx, res):
         res.note("ddp", "%s (`%s`): world 2, one epoch over the first %d samples, %d rounds" % (
             model, " ".join(flags), limit, rounds))
         for _ in range(rounds):
-            for name, (value, unit, better) in derived(one_round(ctx.bin, model, limit, reference, print)).items():
+            runs = one_round(ctx.bin, model, limit, reference, print,
+                             lambda run, reason: res.failed("ddp", run, reason))
+            for name, (value, unit, better) in derived(runs).items():
                 res.add("ddp/%s/%s" % (model, name), value, unit, better=better)
         summary = []
         for who in ("cpptorchrun", "python"):
@@ -138,15 +142,19 @@ def main():
     ap.add_argument("--quick", action="store_true", help="the --quick sample counts")
     ap.add_argument("--no_reference", action="store_true")
     args = ap.parse_args()
+    failures = []
     for model, (flags, full, quick) in MODELS.items():
-        per_round = [derived(one_round(args.bin, model, quick if args.quick else full,
-                                       not args.no_reference, print)) for _ in range(args.rounds)]
+        per_round = [derived(one_round(args.bin, model, quick if args.quick else full, not args.no_reference,
+                                       print, lambda run, reason: failures.append("%s: %s" % (run, reason))))
+                     for _ in range(args.rounds)]
         names = sorted({n for r in per_round for n in r})
         for name in names:
             values = [r[name][0] for r in per_round if name in r]
             print("%-9s %-40s median %8.2f  (min %.2f, max %.2f, n %d) %s" % (
                 model, name, statistics.median(values), min(values), max(values), len(values),
                 per_round[0].get(name, (0, ""))[1]))
+    if failures:
+        print("failed runs: %d\n  %s" % (len(failures), "\n  ".join(failures)))
     return 0
 
 

@@ -14,7 +14,7 @@ worker is killed, and how soon a lost node is noticed.
         the same checkpoint cadence, the same --monitor_interval and
         --max_restarts.
   * node loss: a node cut off the network (its veth down) -> the survivor's
-    launcher logs the round's end.
+    launcher records the round's end (round_ended in its event log).
 
 Lines are timestamped as they reach the log file (a watcher polls every
 5 ms), the same way for every launcher. In the runner as section "recovery".
@@ -24,16 +24,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import harness  # noqa: E402  (tests/: the namespace cluster)
-import jobs  # noqa: E402
+from tests import harness, jobs  # the namespace cluster, the job's nodes
 
 MONITOR_INTERVAL = "0.05"
 CHECKPOINT_EVERY = "16"
@@ -218,12 +215,13 @@ def node_loss(ctx, res, repeat):
                               train_args=train)
                 jobs.Node(cluster.hosts[2], work, "b", server.endpoint, "1:2", launcher_args=conf,
                           train_args=train)
-                harness.wait_for(lambda: " of 4, master" in a.text(), 120, "the 2-node round")
+                harness.wait_for(lambda: a.joined(world_size=4), 120, "the 2-node round")
                 cluster.hosts[2].cut()
                 cut_at = time.time()
-                ended = harness.wait_for(lambda: jobs.first_event(a, r"round 1 ended", after=cut_at - 1),
-                                         60, "node A to learn of the loss")
-                res.add("recovery/node_loss/detect_ms", (ended[0] - cut_at) * 1e3, "ms")
+                ended = harness.wait_for(
+                    lambda: [e for e in jobs.named(a.events_so_far(), "round_ended", round=1)
+                             if e["time"] >= cut_at - 1], 60, "node A to learn of the loss")
+                res.add("recovery/node_loss/detect_ms", (ended[0]["time"] - cut_at) * 1e3, "ms")
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     res.note("recovery", "node loss: keep_alive_interval %.1f s x keep_alive_max_attempt %d = %.1f s "

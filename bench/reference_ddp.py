@@ -60,7 +60,7 @@ def load(data_dir, split):
     return TensorDataset(x, y)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
@@ -73,55 +73,72 @@ def main():
     parser.add_argument("--allreduce", choices=("overlap", "off", "rotate"), default="overlap",
                         help="off: every step under DDP's no_sync() (no all-reduce); rotate: off and "
                              "overlap in blocks of 4 steps (the DDP benchmark's A/B within one run)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    dist.init_process_group("gloo")
-    rank, world_size = dist.get_rank(), dist.get_world_size()
 
-    # Each process gets the SAME model
-    widths = [784] + [int(w) for w in args.hidden.split(",")] + [10]
+def build_model(hidden, bucket_cap_mb):
+    """The MLP 784-<hidden>-10 under DDP; each process builds the SAME model."""
+    widths = [784] + [int(w) for w in hidden.split(",")] + [10]
     layers = []
     for i in range(len(widths) - 1):
         layers.append(nn.Linear(widths[i], widths[i + 1]))
         if i + 2 < len(widths):
             layers.append(nn.ReLU())
-    model = nn.Sequential(*layers)
-    model = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
+    return DDP(nn.Sequential(*layers), bucket_cap_mb=bucket_cap_mb)
 
-    dataset = load(args.data_dir, "train")
-    if args.limit:
-        dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
-    ckpt = os.path.join(args.checkpoint_dir, "checkpoint.pt") if args.checkpoint_dir else ""
-    start_epoch, skip_batches, step = 0, 0, 0
-    if ckpt and os.path.exists(ckpt):
-        state = torch.load(ckpt)
-        model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, skip_batches, step = state["epoch"], state["batches"], state["step"]
-        if rank == 0:
-            print("resumed from checkpoint at step %d" % step, flush=True)
+class Checkpoint:
+    """Rank 0's checkpoint (model, optimizer, position) in --checkpoint_dir,
+    written to a temporary file and renamed; nothing without a folder."""
 
-    def save(epoch, batches):
-        if rank != 0 or not ckpt:
+    def __init__(self, folder, rank, model, optimizer):
+        self.folder, self.rank, self.model, self.optimizer = folder, rank, model, optimizer
+        self.path = os.path.join(folder, "checkpoint.pt") if folder else ""
+
+    def load(self):
+        """(epoch, batches into it, step) to start from: the saved position, else zeros."""
+        if not self.path or not os.path.exists(self.path):
+            return 0, 0, 0
+        state = torch.load(self.path)
+        self.model.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.rank == 0:
+            print("resumed from checkpoint at step %d" % state["step"], flush=True)
+        return state["epoch"], state["batches"], state["step"]
+
+    def save(self, epoch, batches, step):
+        if self.rank != 0 or not self.path:
             return
-        os.makedirs(args.checkpoint_dir, exist_ok=True)
-        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                    "epoch": epoch, "batches": batches, "step": step}, ckpt + ".tmp")
-        os.replace(ckpt + ".tmp", ckpt)
+        os.makedirs(self.folder, exist_ok=True)
+        torch.save({"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "epoch": epoch, "batches": batches, "step": step}, self.path + ".tmp")
+        os.replace(self.path + ".tmp", self.path)
 
-    def cpu():
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
 
-    samples = 0
-    batches_run = 0
-    cpu_start = cpu()
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Stats:
+    """What the training loop measured on this rank."""
+
+    def __init__(self):
+        self.samples = 0
+        self.batches_run = 0
+        self.step_times = []  # each batch's: its fetch, forward, backward, all-reduce, step
+        self.mode_times = {}  # the same, per all-reduce mode
+        self.loss = None
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+
+
+def train(args, model, optimizer, dataset, sampler, rank, checkpoint):
+    """The epochs from the checkpoint's position on; returns Stats."""
+    start_epoch, skip_batches, step = checkpoint.load()
+    stats = Stats()
+    cpu_start = cpu_seconds()
     start = time.perf_counter()
-    step_times = []  # each batch's: its fetch, forward, backward, all-reduce, step
-    mode_times = {}  # the same, per all-reduce mode
     first = True
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
@@ -134,46 +151,68 @@ def main():
             # rotate: blocks of 4 steps, as `train --allreduce rotate` (why: worker/trainer.cc)
             mode = ("off", "overlap")[step // 4 % 2] if args.allreduce == "rotate" else args.allreduce
             with model.no_sync() if mode == "off" else contextlib.nullcontext():
-                loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
+                stats.loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)
                 optimizer.zero_grad()
-                loss.backward()
+                stats.loss.backward()
             optimizer.step()
-            step_times.append(time.perf_counter() - step_start)
-            mode_times.setdefault(mode, []).append(step_times[-1])
-            samples += X.shape[0]
-            batches_run += 1
+            stats.step_times.append(time.perf_counter() - step_start)
+            stats.mode_times.setdefault(mode, []).append(stats.step_times[-1])
+            stats.samples += X.shape[0]
+            stats.batches_run += 1
             step += 1
             batches += 1
             if first and rank == 0:
                 print("step %d" % step, flush=True)
             first = False
             if args.checkpoint_every and step % args.checkpoint_every == 0:
-                save(epoch, batches)
+                checkpoint.save(epoch, batches, step)
             step_start = time.perf_counter()  # the next batch's fetch counts
-    seconds = time.perf_counter() - start
-    cpu_seconds = torch.tensor([cpu() - cpu_start], dtype=torch.float64)
+    stats.seconds = time.perf_counter() - start
+    stats.cpu_seconds = cpu_seconds() - cpu_start
+    return stats
 
-    total = torch.tensor([samples], dtype=torch.int64)
+
+def report(args, model, stats, rank, world_size):
+    """Every rank: the job's totals and the t10k accuracy; rank 0 prints
+    the figures and writes --metrics_json."""
+    cpu = torch.tensor([stats.cpu_seconds], dtype=torch.float64)
+    total = torch.tensor([stats.samples], dtype=torch.int64)
     dist.all_reduce(total)
-    dist.all_reduce(cpu_seconds)
+    dist.all_reduce(cpu)
     test = load(args.data_dir, "t10k")
     with torch.no_grad():
         predicted = model.module(test.tensors[0].view(-1, 784)).argmax(1)
         accuracy = (predicted == test.tensors[1]).float().mean().item()
-    if rank == 0:
-        figures = {"world_size": world_size, "epochs": args.epochs, "samples": int(total.item()),
-                   "steps": batches_run, "allreduce": args.allreduce,
-                   "step_seconds_median": statistics.median(step_times) if step_times else 0,
-                   "by_mode": {m: {"steps": len(t), "step_seconds_median": statistics.median(t)}
-                               for m, t in mode_times.items()},
-                   "hidden": args.hidden,
-                   "train_seconds": seconds, "samples_per_s": total.item() / seconds,
-                   "cpu_seconds": cpu_seconds.item(),
-                   "test_accuracy": accuracy, "final_loss": loss.item()}
-        print(json.dumps(figures))
-        if args.metrics_json:
-            with open(args.metrics_json, "w") as f:
-                json.dump(figures, f)
+    if rank != 0:
+        return
+    figures = {"world_size": world_size, "epochs": args.epochs, "samples": int(total.item()),
+               "steps": stats.batches_run, "allreduce": args.allreduce,
+               "step_seconds_median": statistics.median(stats.step_times) if stats.step_times else 0,
+               "by_mode": {m: {"steps": len(t), "step_seconds_median": statistics.median(t)}
+                           for m, t in stats.mode_times.items()},
+               "hidden": args.hidden,
+               "train_seconds": stats.seconds, "samples_per_s": total.item() / stats.seconds,
+               "cpu_seconds": cpu.item(),
+               "test_accuracy": accuracy, "final_loss": stats.loss.item()}
+    print(json.dumps(figures))
+    if args.metrics_json:
+        with open(args.metrics_json, "w") as f:
+            json.dump(figures, f)
+
+
+def main():
+    args = parse_args()
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    model = build_model(args.hidden, args.bucket_cap_mb)
+    dataset = load(args.data_dir, "train")
+    if args.limit:
+        dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    stats = train(args, model, optimizer, dataset, sampler, rank,
+                  Checkpoint(args.checkpoint_dir, rank, model, optimizer))
+    report(args, model, stats, rank, world_size)
     dist.destroy_process_group()
 
 

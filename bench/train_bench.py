@@ -9,7 +9,8 @@ Goals (issue 5): at world 2, >= 1.15x the reference's samples/s, and
 scaling efficiency samples/s(2) / (2 x samples/s(1)) >= 92%, at equal
 accuracy.
 
-Standalone:  /usr/bin/python3 bench/train_bench.py --bin <bazel-bin> [--repeat 2]
+Standalone, from the repository root:
+  /usr/bin/python3 -m bench.train_bench --bin <bazel-bin> [--repeat 2]
 In the runner: bench.py registers section_training (section "training").
 """
 import argparse
@@ -61,20 +62,26 @@ def reference(world, epochs, timeout, limit=0, extra=()):
                      + list(extra), timeout)
 
 
-def attempt_twice(label, fn, log):
+def attempt_twice(label, fn, log, failed):
     """fn()'s metrics, or None after two failures. torchrun's own store is
-    flaky on a loaded machine: one retry per run, on both sides alike; a
-    second failure is logged and the run left out."""
+    flaky on a loaded machine: one retry per run, on both sides alike. Every
+    failed attempt is logged and handed to failed(run, reason) for the
+    report to count; a run that failed twice has no figures, and says so."""
     for attempt in (1, 2):
         try:
             return fn()
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log("%s failed (attempt %d): %s" % (label, attempt, str(e).splitlines()[0]))
+            lines = [l for l in str(e).splitlines() if l.strip()] or [type(e).__name__]
+            reason = "attempt %d: %s" % (attempt, lines[0] if len(lines) == 1 else lines[0] + " ... " + lines[-1])
+            log("%s failed (%s)" % (label, reason))
+            failed(label, reason + ("; no figures from this run" if attempt == 2 else "; retried"))
     return None
 
 
-def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print, limit=0):
-    """Returns {(who, world): [metrics, ...]}, runs interleaved."""
+def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print, limit=0,
+            failed=lambda run, reason: None):
+    """Returns {(who, world): [metrics, ...]}, runs interleaved; every
+    failed attempt goes to failed(run, reason)."""
     out = {}
     for _ in range(repeat):
         for world in (1, 2):
@@ -82,7 +89,7 @@ def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=p
             if with_reference:
                 runs.append(("python", lambda w=world: reference(w, epochs, timeout, limit)))
             for who, fn in runs:
-                m = attempt_twice("%s world %d" % (who, world), fn, log)
+                m = attempt_twice("%s world %d" % (who, world), fn, log, failed)
                 if m is None:
                     continue
                 out.setdefault((who, world), []).append(m)
@@ -117,7 +124,8 @@ def section_training(ctx, res):
     torch_ok = torch_available()
     # --quick: the first 20,000 samples (a third of the epoch), to stay in 5 minutes.
     limit = 20000 if ctx.quick else 0
-    out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok, limit=limit)
+    out = measure(ctx.bin, repeat=1 if ctx.quick else 3, with_reference=torch_ok, limit=limit,
+                  failed=lambda run, reason: res.failed("training", run, reason))
     if limit:
         res.note("training", "--quick: one epoch over the first %d samples" % limit)
     for (who, world), runs in out.items():
@@ -142,9 +150,13 @@ def main():
     ap.add_argument("--no_reference", action="store_true")
     ap.add_argument("--json", default="", help="write all runs' metrics here")
     args = ap.parse_args()
-    out = measure(args.bin, args.repeat, args.epochs, with_reference=not args.no_reference)
+    failures = []
+    out = measure(args.bin, args.repeat, args.epochs, with_reference=not args.no_reference,
+                  failed=lambda run, reason: failures.append("%s: %s" % (run, reason)))
     for line in summarise(out)[2]:
         print(line)
+    if failures:
+        print("failed runs: %d\n  %s" % (len(failures), "\n  ".join(failures)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"%s/world=%d" % k: v for k, v in out.items()}, f, indent=1)

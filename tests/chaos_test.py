@@ -6,14 +6,14 @@ import subprocess
 import sys
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 
 class ChaosTest(unittest.TestCase):
     def test_short_chaos(self):
         env = dict(os.environ, CPPTORCHRUN_BIN_DIR=os.path.join(harness.RUNFILES, harness.WORKSPACE))
-        r = subprocess.run([sys.executable, "tools/chaos.py", "--duration", "16", "--interval", "4",
+        r = subprocess.run([sys.executable, "-m", "tools.chaos", "--duration", "16", "--interval", "4",
                             "--limit", "16384", "--seed", "7",
                             "--work", jobs.work_dir(self, "cpt-chaos-")],
                            capture_output=True, text=True, env=env, timeout=1200)

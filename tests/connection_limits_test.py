@@ -16,8 +16,8 @@ import subprocess
 import time
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 
 class ConnectionLimitsTest(unittest.TestCase):

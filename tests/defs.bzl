@@ -1,4 +1,5 @@
-"""scenario_test: a Python scenario (tests/<name>.py) run as a Bazel test.
+"""scenario_test: a Python scenario (tests/<name>.py) run as a Bazel test,
+as the module tests.<name> (tests/run_py.sh).
 
 Scenarios that train run `exclusive`: alone on the machine, so that their
 keep-alive deadlines are not missed because other tests load both cores.
@@ -9,7 +10,7 @@ def scenario_test(name, data = [], size = "medium", tags = [], exclusive = True,
         name = name,
         srcs = ["run_py.sh"],
         args = ["tests/%s.py" % name],
-        data = [name + ".py", "harness.py"] + data,
+        data = [name + ".py", "__init__.py", "harness.py"] + data,
         size = size,
         tags = tags + (["exclusive"] if exclusive else []),
         **kwargs

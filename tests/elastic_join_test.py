@@ -11,8 +11,8 @@ import os
 import random
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 SAMPLES = 24576
 TRAIN = ["--epochs", "1", "--limit", str(SAMPLES), "--checkpoint_every", "8",
@@ -32,8 +32,7 @@ class JoinTest(unittest.TestCase):
         nodes = [jobs.Node(cluster.hosts[i], work, "node%d" % i, server.endpoint, "2:3",
                            run_id=run_id, max_restarts=0, launcher_args=conf, train_args=train)
                  for i in (1, 2)]
-        harness.wait_for(lambda: all(" of 4, master" in n.text() for n in nodes), 120,
-                         "the 2-node round")
+        harness.wait_for(lambda: all(n.joined(world_size=4) for n in nodes), 120, "the 2-node round")
         ckpt = os.path.join(work, "ckpt")
         jobs.wait_checkpoint(ckpt)
         nodes.append(jobs.Node(cluster.hosts[3], work, "node3", server.endpoint, "2:3",
@@ -41,10 +40,17 @@ class JoinTest(unittest.TestCase):
         for n in nodes:
             self.assertEqual(n.wait(900), 0, n.text()[-4000:])
         for n in nodes[:2]:
-            self.assertRegex(n.text(), r"round 1 ended \(.*(wait|join)", "the newcomer ended round 1")
-            self.assertIn("restarts not consumed", n.text())
-            self.assertNotIn("restarting, 1 of", n.text(), "no restart was spent (--max_restarts 0)")
-        self.assertRegex(nodes[2].text(), r"round \d+: node \d of 3, ranks \d+\.\.\d+ of 6")
+            events = n.events()
+            ended = jobs.named(events, "round_ended", round=1)
+            # Ended while training, not during the exit barrier.
+            self.assertEqual(jobs.named(events, "exit_barrier", round=1), [], events)
+            self.assertEqual(len(ended), 1, events)
+            self.assertRegex(ended[0]["reason"], r"wait|join", "the newcomer ended round 1")
+            self.assertEqual([(e["cause"], e["counted"]) for e in jobs.named(events, "restart", from_round=1)],
+                             [("membership", 0)], "restarts not consumed: %s" % events)
+            self.assertEqual(jobs.named(events, "restart", counted=1), [],
+                             "no restart was spent (--max_restarts 0)")
+        self.assertTrue(nodes[2].joined(group_world_size=3, world_size=6), nodes[2].events())
         paths = [n.metrics for n in nodes if os.path.exists(n.metrics)]
         self.assertEqual(len(paths), 1)
         m = jobs.read_metrics(paths[0])

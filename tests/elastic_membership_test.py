@@ -16,8 +16,8 @@ import signal
 import time
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "24576", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]
@@ -36,7 +36,7 @@ class MembershipTest(unittest.TestCase):
                            run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
         self.b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "1:2",
                            run_id=self.run_id, launcher_args=conf, train_args=TRAIN)
-        harness.wait_for(lambda: " of 4, master" in self.a.text() and " of 4, master" in self.b.text(),
+        harness.wait_for(lambda: self.a.joined(world_size=4) and self.b.joined(world_size=4),
                          120, "a 2-node round")
         ckpt = os.path.join(self.work, "ckpt")
         jobs.wait_checkpoint(ckpt)
@@ -45,11 +45,15 @@ class MembershipTest(unittest.TestCase):
         """A leaves round 1 (through the rendezvous, or because its workers
         lost their peers first: both are legitimate), re-forms alone, finishes."""
         self.assertEqual(self.a.wait(600), 0, self.a.text()[-4000:])
-        left = jobs.first_event(self.a, r"round 1 ended|worker group failed", after=lost_at - 1)
-        self.assertIsNotNone(left, "node A never left round 1:\n" + self.a.text()[-3000:])
+        events = self.a.events()
+        left = jobs.left_round(events, 1)
+        self.assertTrue(left and left[0] >= lost_at - 1, "node A never left round 1: %s" % events)
         # Generous: catches a node that never notices (torchrun's hang), not speed.
         self.assertLess(left[0] - lost_at, 10 * KEEP_ALIVE * ATTEMPTS + 10, left[1])
-        self.assertRegex(self.a.text(), r"round \d+: node 0 of 1, ranks 0\.\.1 of 2")
+        # Alone in a later round: node 0 of 1, so its 2 workers are ranks 0..1 of 2.
+        alone = [e for e in jobs.named(events, "round_joined", group_rank=0, group_world_size=1, world_size=2)
+                 if e["round"] > 1]
+        self.assertTrue(alone, events)
         m = jobs.read_metrics(self.a.metrics)
         self.assertEqual(m["world_size"], 2, "A resumed at half the world size")
         self.assertGreater(m["resumed_from_step"], 0)
@@ -71,9 +75,9 @@ class MembershipTest(unittest.TestCase):
         self.finishes_alone(lost_at)
         # Cut off, B's sockets neither close nor reset: only the rendezvous's
         # keep-alive rule can tell A, and it must.
-        ended = jobs.first_event(self.a, r"round 1 ended")
-        self.assertIsNotNone(ended, self.a.text()[-3000:])
-        self.assertRegex(ended[1], r"dead|keep-alive|silent|missed",
+        ended = jobs.named(self.a.events(), "round_ended", round=1)
+        self.assertTrue(ended, self.a.events())
+        self.assertRegex(ended[0]["reason"], r"dead|keep-alive|silent|missed",
                          "A learned of B through the rendezvous's keep-alive rule")
         # B, cut off, gives up on its own within the join timeout; the
         # cluster kills it at the end if it does not.
@@ -83,7 +87,9 @@ class MembershipTest(unittest.TestCase):
         lost_at = time.time()
         rc = self.b.wait(120)
         self.assertEqual(rc, 128 + signal.SIGTERM, self.b.text()[-3000:])
-        self.assertIn("SIGTERM", self.b.text())
+        finished = jobs.named(self.b.events(), "finished")
+        self.assertEqual([(e["exit_code"], e["reason"]) for e in finished],
+                         [(128 + signal.SIGTERM, "signal SIGTERM")], self.b.events())
         self.finishes_alone(lost_at)
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
 

@@ -12,8 +12,8 @@ import random
 import signal
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 # Enough samples that the run lasts a few seconds past its first checkpoint.
 TRAIN = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "16",

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-import harness
+from tests import harness
 
 LAUNCHER = "launcher/cpptorchrun"
 SERVER = "rendezvous/rendezvous_server"
@@ -82,14 +82,53 @@ class Node:
         """Pids of this node's workers (children of the launcher)."""
         return children(self.proc.pid)
 
+    def log_folder(self):
+        """The launcher's own folder in --log_dir, once it has named it (else None)."""
+        m = re.search(r"worker logs: (\S+)", self.text())
+        return m.group(1) if m else None
+
     def events(self):
         """This launcher's event log (launcher/agent/event_log.h), from the log
         folder it named: a list of dicts, in order."""
-        m = re.search(r"worker logs: (\S+)", self.text())
-        if not m:
+        folder = self.log_folder()
+        if not folder:
             raise AssertionError("%s named no log folder:\n%s" % (self.name, self.text()[-3000:]))
-        with open(os.path.join(m.group(1), "events.jsonl")) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with open(os.path.join(folder, "events.jsonl")) as f:
+            # Whole lines: a running launcher may be writing one (each event
+            # is one write that ends in a newline).
+            return [json.loads(line) for line in f if line.endswith("\n")]
+
+    def events_so_far(self):
+        """events() of a launcher that may still be starting: none before
+        it has named its log folder and recorded a first event."""
+        try:
+            return self.events() if self.log_folder() else []
+        except FileNotFoundError:
+            return []
+
+    def joined(self, **fields):
+        """This launcher's round_joined events so far with the given field
+        values, e.g. joined(world_size=4): the rounds it was placed in."""
+        return named(self.events_so_far(), "round_joined", **fields)
+
+
+def named(events, name, **fields):
+    """The events called `name` whose fields have the given values."""
+    return [e for e in events if e["event"] == name and all(e.get(k) == v for k, v in fields.items())]
+
+
+def left_round(events, round_number):
+    """(time, restart event) of when a node gave up its part in round
+    `round_number` to restart, or None if it never did: when the rendezvous
+    ended the round, the moment the node saw that; when its own worker group
+    failed, the moment its workers had stopped. Both from the phases of the
+    restart event (its time is when the next round's workers started)."""
+    for e in named(events, "restart", from_round=round_number):
+        at = e["time"] - e["total_s"]
+        if e["cause"] == "worker_failed":
+            at += e["detected_to_stopped_s"]
+        return at, e
+    return None
 
 
 def node_log_folders(work, run_id):
@@ -153,28 +192,6 @@ def read_metrics(path):
 def job_leftovers(run_id):
     """Live processes that belong to run `run_id` (workers carry it in env)."""
     return harness.processes_with_env("TORCHELASTIC_RUN_ID", run_id)
-
-
-_LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})\] \[cpptorchrun\] \[(\w+)\] (.*)$")
-
-
-def launcher_events(text):
-    """The launcher's own log lines as (unix time, level, message)."""
-    events = []
-    for line in text.splitlines():
-        m = _LOG_LINE.match(line)
-        if m:
-            t = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + float(m.group(1)[19:])
-            events.append((t, m.group(2), m.group(3)))
-    return events
-
-
-def first_event(node, pattern, after=0.0):
-    """(time, message) of the first launcher line after `after` matching pattern."""
-    for t, _level, msg in launcher_events(node.text()):
-        if t >= after and re.search(pattern, msg):
-            return t, msg
-    return None
 
 
 def fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=60):

@@ -12,8 +12,8 @@ import os
 import re
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 NPROC = 2
 PORT = 29400  # torchrun's default: each host is a namespace of its own

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import unittest
 
-import harness
+from tests import harness
 
 SERVER = r"""
 import socket, sys

@@ -12,8 +12,8 @@ import subprocess
 import time
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "12288", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]
@@ -35,7 +35,7 @@ class OperatorInputTest(unittest.TestCase):
         cls.nodes = [jobs.Node(cls.cluster.hosts[i], cls.work, "node%d" % i, cls.server.endpoint, "2:2",
                                run_id=cls.run_id, launcher_args=conf, train_args=TRAIN)
                      for i in (1, 2)]
-        harness.wait_for(lambda: all(" of 4, master" in n.text() for n in cls.nodes), 120,
+        harness.wait_for(lambda: all(n.joined(world_size=4) for n in cls.nodes), 120,
                          "the running job's first round")
 
     @classmethod
@@ -44,8 +44,12 @@ class OperatorInputTest(unittest.TestCase):
             for n in cls.nodes:
                 rc = n.wait(600)
                 assert rc == 0, n.text()[-3000:]
-                assert "restarting" not in n.text(), "the running job was disturbed:\n" + n.text()[-3000:]
-                assert "round 2" not in n.text(), "the running job was disturbed:\n" + n.text()[-3000:]
+                events = n.events()
+                # No restart, counted or not, and no round but the first.
+                assert not jobs.named(events, "restart"), "the running job was disturbed: %s" % events
+                assert not jobs.named(events, "round_ended"), "the running job was disturbed: %s" % events
+                assert [e["round"] for e in jobs.named(events, "round_joined")] == [1], \
+                    "the running job was disturbed: %s" % events
         finally:
             cls.cluster.close()
 

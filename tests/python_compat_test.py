@@ -9,8 +9,8 @@ import os
 import subprocess
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 PY = "/usr/bin/python3"
 

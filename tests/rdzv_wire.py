@@ -2,19 +2,25 @@
 the messages compiled at run time by Debian's protoc into a temporary
 folder, the calls made with grpcio's generic unary-unary stubs (no
 generated service code needed)."""
-import importlib
+import importlib.util
 import os
 import subprocess
-import sys
 import tempfile
 
-import harness
+from tests import harness
 
 SERVICE = "/cpptorchrun.rdzv.v1.Rendezvous/"
 
 
+_messages = None
+
+
 def load_messages():
-    """The rendezvous_pb2 module, compiled from the project's proto."""
+    """The rendezvous_pb2 module, compiled from the project's proto (once a
+    process: a second copy would register the proto file again)."""
+    global _messages
+    if _messages is not None:
+        return _messages
     proto = None
     for base in [os.path.join(harness.RUNFILES, harness.WORKSPACE), os.getcwd()]:
         if os.path.exists(os.path.join(base, "proto", "rendezvous.proto")):
@@ -24,8 +30,17 @@ def load_messages():
         raise FileNotFoundError("proto/rendezvous.proto not found in the runfiles")
     out = tempfile.mkdtemp(prefix="cpt-pb2-")
     subprocess.run(["protoc", "-I", proto, "--python_out", out, "proto/rendezvous.proto"], check=True)
-    sys.path.insert(0, out)
-    return importlib.import_module("proto.rendezvous_pb2")
+    _messages = load_generated(os.path.join(out, "proto", "rendezvous_pb2.py"))
+    return _messages
+
+
+def load_generated(path):
+    """A module protoc generated, loaded from its file: it imports only
+    protobuf's own modules, so no search path needs to hold it."""
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class Client:

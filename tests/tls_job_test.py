@@ -15,8 +15,8 @@ import re
 import subprocess
 import unittest
 
-import harness
-import jobs
+from tests import harness
+from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "4096", "--checkpoint_every", "8", "--heartbeat_interval", "0.2",
          "--progress", "lines"]

@@ -358,6 +358,8 @@ def load_module(path, etcd_to_c10d):
     if etcd_to_c10d:
         from torch.distributed.elastic.rendezvous import etcd_server
         etcd_server.EtcdServer = _EtcdStandIn
+    # PyTorch's test file, loaded as its own runner loads it: with its
+    # folder on the path, where it may find the helpers it imports.
     sys.path.insert(0, os.path.dirname(path))
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -497,9 +499,7 @@ def describe(result, verbose):
     return lines if verbose else lines[:4]
 
 
-def main():
-    if len(sys.argv) > 2 and sys.argv[1] == "--_torchrun_shim":
-        return torchrun_shim(sys.argv[2:])
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pytorch_tests")
     p.add_argument("--launcher")
@@ -521,51 +521,41 @@ def main():
     p.add_argument("--launcher_cmd", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     opts = p.parse_args()
-    if opts._child:
-        return child_main(opts)
-    if not opts.pytorch_tests or not opts.launcher:
+    if not opts._child and (not opts.pytorch_tests or not opts.launcher):
         p.error("--pytorch_tests and --launcher are required")
+    return opts
 
-    module = find_module(opts.pytorch_tests)
-    with open(module, "rb") as f:
-        module_sha = hashlib.sha1(f.read()).hexdigest()
-    # list the tests in a throw-away interpreter (the module imports torch)
-    listing = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, json; sys.path.insert(0, sys.argv[1]); import torch_launcher_tests as t; "
-         "m = t.load_module(sys.argv[2], True); print(json.dumps(t.list_tests(m)))",
-         os.path.dirname(HERE), module],
-        capture_output=True, text=True, timeout=300)
+
+def list_module_tests(module, only):
+    """The module's test ids (those containing one of `only`, when given),
+    listed in a throw-away interpreter: the module imports torch."""
+    listing = subprocess.run([sys.executable, HERE, "--_list", module],
+                             capture_output=True, text=True, timeout=300)
     if listing.returncode != 0:
         sys.stderr.write(listing.stderr)
         raise SystemExit(f"cannot load {module}")
     tests = json.loads(listing.stdout.strip().splitlines()[-1])
-    if opts.only:
-        tests = [t for t in tests if any(k in t for k in opts.only)]
+    return [t for t in tests if any(k in t for k in only)] if only else tests
 
-    log_dir = opts.log_dir or tempfile.mkdtemp(prefix="torch_launcher_tests-")
-    os.makedirs(log_dir, exist_ok=True)
-    launcher = os.path.abspath(opts.launcher) if os.path.exists(opts.launcher) else opts.launcher
-    columns = []
-    reference = {}
-    if opts.reference:
-        columns.append(("torchrun", reference_command(opts.reference_launcher)))
-    else:
-        try:
-            with open(opts.reference_cache) as f:
-                cached = json.load(f)
-            if cached.get("module_sha") == module_sha and \
-                    cached.get("keep_etcd", False) == opts.keep_etcd:
-                reference = cached["results"]
-        except (OSError, ValueError, KeyError):
-            pass
-    columns.append(("launcher", [launcher]))
 
-    print(f"tests: {module} (sha1 {module_sha[:12]}), {len(tests)} tests")
-    print(f"launcher: {launcher}; reference: "
-          + (" ".join(columns[0][1]) if opts.reference else
-             (f"cached ({opts.reference_cache})" if reference else "none")))
-    print(f"logs: {log_dir}")
+def cached_reference(opts, module_sha):
+    """torchrun's results from --reference_cache, when they are for this
+    module and the same --keep_etcd; else {}."""
+    try:
+        with open(opts.reference_cache) as f:
+            cached = json.load(f)
+        if cached.get("module_sha") == module_sha and \
+                cached.get("keep_etcd", False) == opts.keep_etcd:
+            return cached["results"]
+    except (OSError, ValueError, KeyError):
+        pass
+    return {}
+
+
+def run_tests(module, tests, columns, reference, opts, log_dir):
+    """Runs every test under every column's launcher, printing a line per
+    test; returns {test: {column: result}}. With --reference, torchrun's
+    results also go into `reference`."""
     results = {}
     for test in tests:
         results[test] = {}
@@ -585,12 +575,13 @@ def main():
                 name = "torchrun" if col == "torchrun" else "cpptorchrun"
                 for line in describe(r, opts.verbose):
                     print(f"    {name}: {line}")
-    if opts.reference:
-        with open(opts.reference_cache, "w") as f:
-            json.dump({"module": module, "module_sha": module_sha, "keep_etcd": opts.keep_etcd,
-                       "results": {t: {k: v for k, v in r.items()}
-                                   for t, r in reference.items()}}, f)
+    return results
 
+
+def print_regressions(tests, results, reference):
+    """Prints the tests that pass under torchrun (or, without reference
+    results, that do not skip) and fail under the launcher; returns 1 when
+    there is one, else 0."""
     regressions = []
     for test in tests:
         got = results[test]["launcher"]["status"]
@@ -605,6 +596,46 @@ def main():
     else:
         print(f"no reference results: {len(regressions)} tests fail against the launcher")
     return 1 if regressions else 0
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--_torchrun_shim":
+        return torchrun_shim(sys.argv[2:])
+    if len(sys.argv) == 3 and sys.argv[1] == "--_list":
+        print(json.dumps(list_tests(load_module(sys.argv[2], True))))
+        return 0
+    opts = parse_args()
+    if opts._child:
+        return child_main(opts)
+
+    module = find_module(opts.pytorch_tests)
+    with open(module, "rb") as f:
+        module_sha = hashlib.sha1(f.read()).hexdigest()
+    tests = list_module_tests(module, opts.only)
+
+    log_dir = opts.log_dir or tempfile.mkdtemp(prefix="torch_launcher_tests-")
+    os.makedirs(log_dir, exist_ok=True)
+    launcher = os.path.abspath(opts.launcher) if os.path.exists(opts.launcher) else opts.launcher
+    columns = []
+    reference = {}
+    if opts.reference:
+        columns.append(("torchrun", reference_command(opts.reference_launcher)))
+    else:
+        reference = cached_reference(opts, module_sha)
+    columns.append(("launcher", [launcher]))
+
+    print(f"tests: {module} (sha1 {module_sha[:12]}), {len(tests)} tests")
+    print(f"launcher: {launcher}; reference: "
+          + (" ".join(columns[0][1]) if opts.reference else
+             (f"cached ({opts.reference_cache})" if reference else "none")))
+    print(f"logs: {log_dir}")
+    results = run_tests(module, tests, columns, reference, opts, log_dir)
+    if opts.reference:
+        with open(opts.reference_cache, "w") as f:
+            json.dump({"module": module, "module_sha": module_sha, "keep_etcd": opts.keep_etcd,
+                       "results": {t: {k: v for k, v in r.items()}
+                                   for t, r in reference.items()}}, f)
+    return print_regressions(tests, results, reference)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@
 valid inputs of each format, from which the fuzzers mutate. Rerun after a
 format changes: /usr/bin/python3 tools/fuzz/make_seeds.py (needs protoc and
 Debian's python3-protobuf for the rendezvous messages)."""
-import importlib
+import importlib.util
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import zlib
 
@@ -25,8 +24,10 @@ def write(target, name, data):
 def requests():
     out = tempfile.mkdtemp()
     subprocess.run(["protoc", "-I", ROOT, "--python_out", out, "proto/rendezvous.proto"], check=True)
-    sys.path.insert(0, out)
-    pb = importlib.import_module("proto.rendezvous_pb2")
+    # Loaded from its file (it imports only protobuf's own modules).
+    spec = importlib.util.spec_from_file_location("rendezvous_pb2", os.path.join(out, "proto", "rendezvous_pb2.py"))
+    pb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pb)
     opts = pb.RunOptions(min_nodes=1, max_nodes=4, last_call_timeout_s=1, keep_alive_interval_s=1,
                          keep_alive_max_attempt=2)
     for i, node in enumerate(["a", "b", "c"]):
