@@ -8,25 +8,6 @@
 
 namespace cpptorchrun::worker {
 
-DdpStats DdpStats::operator-(const DdpStats& before) const {
-  DdpStats d;
-  d.steps = steps - before.steps;
-  d.wait_seconds = wait_seconds - before.wait_seconds;
-  d.timed_steps = timed_steps - before.timed_steps;
-  d.allreduce_seconds = allreduce_seconds - before.allreduce_seconds;
-  d.hidden_seconds = hidden_seconds - before.hidden_seconds;
-  return d;
-}
-
-DdpStats& DdpStats::operator+=(const DdpStats& more) {
-  steps += more.steps;
-  wait_seconds += more.wait_seconds;
-  timed_steps += more.timed_steps;
-  allreduce_seconds += more.allreduce_seconds;
-  hidden_seconds += more.hidden_seconds;
-  return *this;
-}
-
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<int64_t>& sizes_bytes,
                                                int64_t first_cap_bytes, int64_t cap_bytes) {
   // PyTorch's rule (compute_bucket_assignment_by_size): a parameter joins

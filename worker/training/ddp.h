@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/comm/comm.h"
+#include "worker/training/ddp_stats.h"
 
 namespace cpptorchrun::worker {
 
@@ -47,27 +48,6 @@ struct DdpOptions {
   // Seconds on the clock of the backend's Work::Times; default
   // SteadySeconds. Tests inject a fake one.
   std::function<double()> now;
-};
-
-// Where a synchronised step's communication went, summed over the steps.
-struct DdpStats {
-  // Synchronised backward passes finished.
-  int64_t steps = 0;
-  // FinishBackward's wait for the all-reduces: what the backward pass did
-  // not hide, as the training thread sees it.
-  double wait_seconds = 0;
-  // Steps whose every all-reduce reported when it ran (Work::Times); the
-  // two figures below cover those steps only.
-  int64_t timed_steps = 0;
-  // The all-reduces' own run time.
-  double allreduce_seconds = 0;
-  // Of that, the part that ran before the backward pass returned (before
-  // FinishBackward was called): hidden behind the backward pass.
-  double hidden_seconds = 0;
-
-  // Field by field: what happened between two snapshots, and its sum.
-  DdpStats operator-(const DdpStats& before) const;
-  DdpStats& operator+=(const DdpStats& more);
 };
 
 class DistributedDataParallel {

@@ -1,5 +1,7 @@
 // The training loop: model, data tensors, Adam, DDP, checkpoints, resume,
-// evaluation and the final figures.
+// evaluation and the final figures. Train is the boundary: inside it,
+// LibTorch's exceptions become statuses and every failure aborts the
+// communicator.
 #include "worker/training/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,14 +12,17 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <iterator>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/training/allreduce_mode.h"
 #include "worker/training/checkpoint.h"
 #include "worker/training/ddp.h"
 #include "worker/data/sampler.h"
 #include "worker/training/schedule.h"
+#include "worker/training/step_plan.h"
 #include "worker/data/torch_random.h"
 
 namespace cpptorchrun::worker {
@@ -196,9 +201,11 @@ absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
         // Tell the others before giving up, so they fail now rather than at
         // their collective timeout.
         meta[0] = -1;
-        (void)comm.Broadcast(meta, 5, DType::kInt64, 0);
-        return absl::Status(restored.code(),
-                            absl::StrCat(loaded->path, ": ", restored.message()));
+        std::string message = absl::StrCat(loaded->path, ": ", restored.message());
+        if (absl::Status told = comm.Broadcast(meta, 5, DType::kInt64, 0); !told.ok()) {
+          absl::StrAppend(&message, " (and telling the other ranks failed: ", told.message(), ")");
+        }
+        return absl::Status(restored.code(), message);
       }
       meta[0] = 1;
       meta[1] = pos->epoch;
@@ -260,55 +267,290 @@ double ProcessCpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-// The median (the upper one of an even count); 0 for none. Reorders.
-double Median(std::vector<double>& values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  return values[mid];
+// One call of Train on this rank: the model with its optimizer and DDP, the
+// training set as tensors, the sampler, where training stands, and what
+// this run has measured. The phases are Start (resume and agree on the
+// parameters), then RunEpoch per epoch, then Finish (the job's figures and
+// the evaluation). May throw LibTorch's exceptions; Train converts them.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, const TrainDeps& deps);
+
+  absl::Status Start();
+  bool Done() const { return pos_.epoch >= config_.epochs; }
+  absl::Status RunEpoch();
+  absl::StatusOr<TrainMetrics> Finish();
+
+ private:
+  // Forward, backward, DDP and (on the window's last batch) the optimizer
+  // step for the rows `rows`. Returns the batch's loss.
+  absl::StatusOr<double> TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
+                                    AllReduceMode mode);
+  // The observers' report of the batch just done.
+  void Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch);
+  // Rank 0 writes `at` when checkpoints are on; the others do nothing.
+  absl::Status Save(const Position& at);
+  // The job's figures: samples summed, rank 0's clock, CPU time summed,
+  // the last epoch's loss averaged.
+  absl::Status AgreeOnFigures(TrainMetrics& metrics);
+
+  const TrainConfig& config_;
+  const TrainDeps& deps_;
+  Communicator& comm_;
+  const std::function<void(const std::string&)> warn_;
+  const std::function<double()> now_;
+
+  Mlp model_;
+  std::vector<torch::Tensor> params_;
+  torch::optim::Adam optimizer_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::optional<DistributedSampler> sampler_;
+  LrSchedule schedule_;
+  const torch::Tensor images_;
+  const torch::Tensor labels_;
+  int64_t full_epoch_steps_ = 0;
+
+  Position pos_;
+  TrainMetrics metrics_;
+  double start_ = 0;
+  double cpu_start_ = 0;
+  int64_t run_batches_ = 0;
+  int64_t local_samples_ = 0;
+  std::vector<double> step_seconds_;
+  double backward_seconds_ = 0;
+  ModeTallies tallies_;
+  double last_epoch_loss_ = std::nan("");
+};
+
+Mlp InitialisedMlp(const TrainConfig& config) {
+  Mlp model(config.hidden);
+  model->Initialise(config.seed);
+  return model;
 }
 
-// --allreduce rotate's order, kRotationBlock optimizer steps in each mode.
-// Blocks, not single steps: the ranks drift apart on steps without an
-// all-reduce, and the next all-reduce waits for the slower one; step by
-// step that wait would always fall on the mode after "off". In blocks it
-// falls on a block's first step, which the per-mode median leaves out.
-constexpr AllReduceMode kRotation[] = {AllReduceMode::kOff, AllReduceMode::kAfterBackward,
-                                       AllReduceMode::kOverlap};
-constexpr int64_t kRotationBlock = 4;
+std::function<void(const std::string&)> WarnOrStderr(const TrainDeps& deps) {
+  if (deps.warn) return deps.warn;
+  return [](const std::string& w) { std::cerr << "warning: " << w << std::endl; };
+}
 
-// One all-reduce mode's share of a run: its steps' times and DDP figures.
-struct ModeTally {
-  std::vector<double> step_seconds;
-  DdpStats ddp;
-};
+TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
+    : config_(config),
+      deps_(deps),
+      comm_(*deps.comm),
+      warn_(WarnOrStderr(deps)),
+      now_(deps.now ? deps.now : std::function<double()>(SteadySeconds)),
+      model_(InitialisedMlp(config)),
+      params_(model_->parameters()),
+      optimizer_(params_, torch::optim::AdamOptions(config.lr)),
+      images_(ImagesTensor(*deps.train)),
+      labels_(LabelsTensor(*deps.train)) {
+  schedule_.base_lr = config.lr;
+  schedule_.scale = int64_t{comm_.world_size()} * config.grad_accum_steps;
+  schedule_.scale_lr = config.scale_lr;
+  schedule_.warmup_steps = config.warmup_steps;
+  metrics_.world_size = comm_.world_size();
+  metrics_.epochs = config.epochs;
+  metrics_.restart_count = config.restart_count;
+  metrics_.backend = comm_.backend();
+  metrics_.allreduce = AllReduceModeName(config.allreduce);
+  metrics_.hidden = absl::StrJoin(config.hidden, ",");
+}
+
+absl::Status TrainingRun::Start() {
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_bytes = config_.bucket_cap_bytes;
+  ddp_options.first_bucket_cap_bytes = config_.first_bucket_cap_bytes;
+  ddp_options.overlap = config_.allreduce == AllReduceMode::kOverlap;
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Create(params_, model_->buffers(), &comm_, ddp_options);
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = *std::move(ddp);
+
+  absl::StatusOr<bool> resumed = Resume(config_, comm_, params_, optimizer_, &pos_, warn_);
+  if (!resumed.ok()) return resumed.status();
+  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(0));
+  if (*resumed) {
+    metrics_.resumed_from_step = pos_.global_step;
+    for (TrainObserver* o : deps_.observers) o->OnResumed(pos_.global_step);
+  }
+
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = deps_.train->size();
+  sampler_options.world_size = comm_.world_size();
+  sampler_options.rank = comm_.rank();
+  sampler_options.seed = config_.seed;
+  sampler_options.drop_last = config_.drop_last;
+  CPPTORCHRUN_RETURN_IF_ERROR(DistributedSampler::Validate(sampler_options, TorchRandperm));
+  sampler_.emplace(sampler_options, TorchRandperm);
+  full_epoch_steps_ = (sampler_->NumSamples(0) + config_.batch_size - 1) / config_.batch_size;
+  start_ = now_();
+  cpu_start_ = ProcessCpuSeconds();
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::RunEpoch() {
+  const int64_t batch = config_.batch_size;
+  sampler_->SetEpoch(pos_.epoch);
+  std::vector<int64_t> order = sampler_->Indices(pos_.samples_in_epoch);
+  const int64_t local = static_cast<int64_t>(order.size());
+  const int64_t batches = (local + batch - 1) / batch;
+  const int64_t done_before = full_epoch_steps_ - batches;
+  torch::Tensor order_t = torch::from_blob(order.data(), {local}, torch::kLong).clone();
+  double loss_sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t len = std::min(batch, local - b * batch);
+    const BatchPlan plan = PlanBatch(b, batches, config_.grad_accum_steps);
+    const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
+    absl::StatusOr<double> loss = TrainBatch(order_t.narrow(0, b * batch, len), plan, mode);
+    if (!loss.ok()) return loss.status();
+    loss_sum += *loss;
+    ++pos_.global_step;
+    ++run_batches_;
+    local_samples_ += len;
+    pos_.samples_in_epoch += batch * comm_.world_size();
+    Report(*loss, absl::MakeConstSpan(order.data() + b * batch, len), done_before + b + 1);
+
+    if (config_.fail_after_steps > 0 && run_batches_ == config_.fail_after_steps) {
+      return absl::AbortedError(
+          absl::StrCat("fault injection: stopped after ", run_batches_, " batches"));
+    }
+    if (MidEpochCheckpointDue(plan, pos_.opt_step, config_.checkpoint_every)) {
+      CPPTORCHRUN_RETURN_IF_ERROR(Save(pos_));
+    }
+    if (deps_.stop_requested && deps_.stop_requested()) {
+      return absl::CancelledError(absl::StrCat("stopped at the launcher's request after step ",
+                                               pos_.global_step));
+    }
+  }
+  last_epoch_loss_ = batches > 0 ? loss_sum / batches : std::nan("");
+  ++pos_.epoch;
+  pos_.samples_in_epoch = 0;
+  return Save(pos_);
+}
+
+absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
+                                               AllReduceMode mode) {
+  const DdpStats ddp_before = ddp_->stats();
+  const double step_start = now_();
+  ddp_->set_overlap(mode == AllReduceMode::kOverlap);
+  // With the all-reduce off, every step is a local one to DDP.
+  ddp_->PrepareBackward(plan.sync && mode != AllReduceMode::kOff);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(Rows(images_, rows)),
+                                                            labels_.index_select(0, rows));
+  const double backward_start = now_();
+  (plan.window > 1 ? loss / static_cast<double>(plan.window) : loss).backward();
+  backward_seconds_ += now_() - backward_start;
+  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->FinishBackward());
+  if (plan.sync) {
+    auto& adam = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options());
+    adam.lr(LearningRate(schedule_, pos_.opt_step));
+    optimizer_.step();
+    for (torch::Tensor& p : params_) p.mutable_grad().reset();
+    ++pos_.opt_step;
+  }
+  step_seconds_.push_back(now_() - step_start);
+  tallies_.Add(mode, step_seconds_.back(), ddp_->stats() - ddp_before);
+  return loss.item<double>();
+}
+
+void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch) {
+  StepReport report;
+  report.rank = comm_.rank();
+  report.epoch = pos_.epoch;
+  report.epochs = config_.epochs;
+  report.step_in_epoch = step_in_epoch;
+  report.steps_in_epoch = full_epoch_steps_;
+  report.global_step = pos_.global_step;
+  report.total_steps = full_epoch_steps_ * config_.epochs;
+  report.loss = loss;
+  report.elapsed_seconds = now_() - start_;
+  report.samples = samples;
+  report.samples_per_s = report.elapsed_seconds > 0
+                             ? local_samples_ * comm_.world_size() / report.elapsed_seconds
+                             : 0;
+  for (TrainObserver* o : deps_.observers) o->OnStep(report);
+}
+
+absl::Status TrainingRun::Save(const Position& at) {
+  if (comm_.rank() != 0 || config_.checkpoint_dir.empty()) return absl::OkStatus();
+  return WriteCheckpoint(config_.checkpoint_dir, at.global_step,
+                         Snapshot(params_, optimizer_, at, comm_.world_size(), config_),
+                         config_.keep_checkpoints);
+}
+
+absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
+  double seconds = now_() - start_;
+  // In-process tests run ranks as threads of one process: the figure then
+  // counts the process once per rank.
+  double cpu_seconds = ProcessCpuSeconds() - cpu_start_;
+  int64_t samples = local_samples_;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&seconds, 1, DType::kFloat64, 0));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
+  double loss = std::isnan(last_epoch_loss_) ? 0.0 : last_epoch_loss_;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
+  metrics.samples = samples;
+  metrics.train_seconds = seconds;
+  metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
+  metrics.cpu_seconds = cpu_seconds;
+  metrics.final_loss = loss;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
+  TrainMetrics metrics = metrics_;
+  CPPTORCHRUN_RETURN_IF_ERROR(AgreeOnFigures(metrics));
+  metrics.steps = run_batches_;
+  if (!step_seconds_.empty()) {
+    double sum = 0;
+    for (double t : step_seconds_) sum += t;
+    metrics.step_seconds_mean = sum / step_seconds_.size();
+    metrics.step_seconds_median = Median(step_seconds_);
+  }
+  metrics.by_mode = tallies_.Figures();
+  metrics.backward_seconds_mean = run_batches_ > 0 ? backward_seconds_ / run_batches_ : 0;
+  const DdpStats& ddp_stats = ddp_->stats();
+  metrics.comm_wait_seconds = ddp_stats.wait_seconds;
+  metrics.allreduce_timed_steps = ddp_stats.timed_steps;
+  metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
+  metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
+  if (deps_.test != nullptr) {
+    absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, comm_);
+    if (!accuracy.ok()) return accuracy.status();
+    metrics.test_accuracy = *accuracy;
+  }
+  if (deps_.final_parameters != nullptr) {
+    deps_.final_parameters->clear();
+    for (const torch::Tensor& p : params_) {
+      torch::Tensor c = p.detach().contiguous();
+      deps_.final_parameters->insert(deps_.final_parameters->end(), c.data_ptr<float>(),
+                                     c.data_ptr<float>() + c.numel());
+    }
+  }
+  for (TrainObserver* o : deps_.observers) o->OnFinished(metrics);
+  return metrics;
+}
+
+// Train without the exception boundary.
+absl::StatusOr<TrainMetrics> TrainThrowing(const TrainConfig& config, const TrainDeps& deps) {
+  TrainingRun run(config, deps);
+  CPPTORCHRUN_RETURN_IF_ERROR(run.Start());
+  while (!run.Done()) CPPTORCHRUN_RETURN_IF_ERROR(run.RunEpoch());
+  return run.Finish();
+}
+
+absl::Status CheckInputs(const TrainConfig& config, const TrainDeps& deps) {
+  CPPTORCHRUN_RETURN_IF_ERROR(ValidateConfig(config));
+  if (deps.train->features() != kInputs) {
+    return absl::InvalidArgumentError(absl::StrCat("training images have ", deps.train->features(),
+                                                   " pixels, the model takes ", kInputs));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 void SetTorchThreads(int threads) { torch::set_num_threads(std::max(1, threads)); }
-
-const char* AllReduceModeName(AllReduceMode mode) {
-  switch (mode) {
-    case AllReduceMode::kOverlap:
-      return "overlap";
-    case AllReduceMode::kAfterBackward:
-      return "after_backward";
-    case AllReduceMode::kOff:
-      return "off";
-    case AllReduceMode::kRotate:
-      return "rotate";
-  }
-  return "?";
-}
-
-absl::StatusOr<AllReduceMode> ParseAllReduceMode(const std::string& name) {
-  for (AllReduceMode mode : {AllReduceMode::kOverlap, AllReduceMode::kAfterBackward,
-                             AllReduceMode::kOff, AllReduceMode::kRotate}) {
-    if (name == AllReduceModeName(mode)) return mode;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--allreduce must be overlap, after_backward, off or rotate, got \"", name, "\""));
-}
 
 absl::Status ValidateConfig(const TrainConfig& c) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
@@ -334,226 +576,22 @@ absl::Status ValidateConfig(const TrainConfig& c) {
 }
 
 absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& deps) {
-  CPPTORCHRUN_RETURN_IF_ERROR(ValidateConfig(config));
   if (deps.comm == nullptr || deps.train == nullptr) {
     return absl::InvalidArgumentError("Train: a communicator and a training set are required");
   }
-  if (deps.train->features() != kInputs) {
-    return absl::InvalidArgumentError(absl::StrCat("training images have ", deps.train->features(),
-                                                   " pixels, the model takes ", kInputs));
+  absl::StatusOr<TrainMetrics> result;
+  try {
+    absl::Status inputs = CheckInputs(config, deps);
+    result = inputs.ok() ? TrainThrowing(config, deps) : absl::StatusOr<TrainMetrics>(inputs);
+  } catch (const c10::Error& e) {
+    result = absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    result = absl::InternalError(absl::StrCat("training: ", e.what()));
   }
-  Communicator& comm = *deps.comm;
-  const int world = comm.world_size();
-  const int rank = comm.rank();
-  auto warn = deps.warn ? deps.warn
-                        : std::function<void(const std::string&)>([](const std::string& w) {
-                            std::cerr << "warning: " << w << std::endl;
-                          });
-  auto now = deps.now ? deps.now : std::function<double()>(SteadySeconds);
-
-  Mlp model(config.hidden);
-  model->Initialise(config.seed);
-  std::vector<torch::Tensor> params = model->parameters();
-  torch::optim::Adam optimizer(params, torch::optim::AdamOptions(config.lr));
-  DdpOptions ddp_options;
-  ddp_options.bucket_cap_bytes = config.bucket_cap_bytes;
-  ddp_options.first_bucket_cap_bytes = config.first_bucket_cap_bytes;
-  ddp_options.overlap = config.allreduce == AllReduceMode::kOverlap;
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Create(params, model->buffers(), &comm, ddp_options);
-  if (!ddp.ok()) return ddp.status();
-
-  Position pos;
-  absl::StatusOr<bool> resumed = Resume(config, comm, params, optimizer, &pos, warn);
-  if (!resumed.ok()) return resumed.status();
-  CPPTORCHRUN_RETURN_IF_ERROR((*ddp)->BroadcastState(0));
-  TrainMetrics metrics;
-  metrics.world_size = world;
-  metrics.epochs = config.epochs;
-  metrics.restart_count = config.restart_count;
-  metrics.backend = comm.backend();
-  metrics.allreduce = AllReduceModeName(config.allreduce);
-  metrics.hidden = absl::StrJoin(config.hidden, ",");
-  if (*resumed) {
-    metrics.resumed_from_step = pos.global_step;
-    for (TrainObserver* o : deps.observers) o->OnResumed(pos.global_step);
-  }
-
-  const torch::Tensor images = ImagesTensor(*deps.train);
-  const torch::Tensor labels = LabelsTensor(*deps.train);
-  SamplerOptions sampler_options;
-  sampler_options.dataset_size = deps.train->size();
-  sampler_options.world_size = world;
-  sampler_options.rank = rank;
-  sampler_options.seed = config.seed;
-  sampler_options.drop_last = config.drop_last;
-  CPPTORCHRUN_RETURN_IF_ERROR(DistributedSampler::Validate(sampler_options, TorchRandperm));
-  DistributedSampler sampler(sampler_options, TorchRandperm);
-  const int64_t batch = config.batch_size;
-  const int64_t full_epoch_steps = (sampler.NumSamples(0) + batch - 1) / batch;
-  const int64_t total_steps = full_epoch_steps * config.epochs;
-
-  LrSchedule schedule;
-  schedule.base_lr = config.lr;
-  schedule.scale = int64_t{world} * config.grad_accum_steps;
-  schedule.scale_lr = config.scale_lr;
-  schedule.warmup_steps = config.warmup_steps;
-  auto& adam_options = static_cast<torch::optim::AdamOptions&>(optimizer.param_groups()[0].options());
-
-  auto save = [&](const Position& at) -> absl::Status {
-    if (rank != 0 || config.checkpoint_dir.empty()) return absl::OkStatus();
-    return WriteCheckpoint(config.checkpoint_dir, at.global_step,
-                           Snapshot(params, optimizer, at, world, config), config.keep_checkpoints);
-  };
-
-  const double start = now();
-  const double cpu_start = ProcessCpuSeconds();
-  int64_t run_batches = 0;
-  int64_t local_samples = 0;
-  std::vector<double> step_seconds;
-  double backward_seconds = 0;
-  ModeTally tallies[3];  // indexed as kRotation
-  // Not rotating: the one mode's place in kRotation.
-  const size_t fixed_mode_index = static_cast<size_t>(
-      std::find(std::begin(kRotation), std::end(kRotation), config.allreduce) - std::begin(kRotation));
-  double last_epoch_loss = std::nan("");
-  for (; pos.epoch < config.epochs; ++pos.epoch, pos.samples_in_epoch = 0) {
-    sampler.SetEpoch(pos.epoch);
-    std::vector<int64_t> order = sampler.Indices(pos.samples_in_epoch);
-    const int64_t local = static_cast<int64_t>(order.size());
-    const int64_t batches = (local + batch - 1) / batch;
-    const int64_t done_before = full_epoch_steps - batches;
-    torch::Tensor order_t = torch::from_blob(order.data(), {local}, torch::kLong).clone();
-    double loss_sum = 0;
-    int64_t loss_count = 0;
-    for (int64_t b = 0; b < batches; ++b) {
-      const int64_t len = std::min(batch, local - b * batch);
-      torch::Tensor rows = order_t.narrow(0, b * batch, len);
-      const int64_t window_start = b / config.grad_accum_steps * config.grad_accum_steps;
-      const int64_t window = std::min(config.grad_accum_steps, batches - window_start);
-      const bool sync = b == window_start + window - 1;
-
-      // Rotating, a whole accumulation window (one optimizer step) runs in
-      // one mode, the same on every rank.
-      const size_t mode_index = config.allreduce == AllReduceMode::kRotate
-                                    ? static_cast<size_t>(pos.opt_step / kRotationBlock % 3)
-                                    : fixed_mode_index;
-      const AllReduceMode mode = kRotation[mode_index];
-      const DdpStats ddp_before = (*ddp)->stats();
-      const double step_start = now();
-      (*ddp)->set_overlap(mode == AllReduceMode::kOverlap);
-      // With the all-reduce off, every step is a local one to DDP.
-      (*ddp)->PrepareBackward(sync && mode != AllReduceMode::kOff);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(
-          model->forward(Rows(images, rows)), labels.index_select(0, rows));
-      const double backward_start = now();
-      (window > 1 ? loss / static_cast<double>(window) : loss).backward();
-      backward_seconds += now() - backward_start;
-      CPPTORCHRUN_RETURN_IF_ERROR((*ddp)->FinishBackward());
-      if (sync) {
-        adam_options.lr(LearningRate(schedule, pos.opt_step));
-        optimizer.step();
-        for (torch::Tensor& p : params) p.mutable_grad().reset();
-        ++pos.opt_step;
-      }
-      step_seconds.push_back(now() - step_start);
-      ModeTally& tally = tallies[mode_index];
-      tally.step_seconds.push_back(step_seconds.back());
-      tally.ddp += (*ddp)->stats() - ddp_before;
-      const double loss_value = loss.item<double>();
-      loss_sum += loss_value;
-      ++loss_count;
-      ++pos.global_step;
-      ++run_batches;
-      local_samples += len;
-      pos.samples_in_epoch += batch * world;
-
-      StepReport report;
-      report.rank = rank;
-      report.epoch = pos.epoch;
-      report.epochs = config.epochs;
-      report.step_in_epoch = done_before + b + 1;
-      report.steps_in_epoch = full_epoch_steps;
-      report.global_step = pos.global_step;
-      report.total_steps = total_steps;
-      report.loss = loss_value;
-      report.elapsed_seconds = now() - start;
-      report.samples = absl::MakeConstSpan(order.data() + b * batch, len);
-      report.samples_per_s = report.elapsed_seconds > 0
-                                 ? local_samples * world / report.elapsed_seconds
-                                 : 0;
-      for (TrainObserver* o : deps.observers) o->OnStep(report);
-
-      if (config.fail_after_steps > 0 && run_batches == config.fail_after_steps) {
-        return absl::AbortedError(
-            absl::StrCat("fault injection: stopped after ", run_batches, " batches"));
-      }
-      if (sync && config.checkpoint_every > 0 && pos.opt_step % config.checkpoint_every == 0 &&
-          b + 1 < batches) {
-        CPPTORCHRUN_RETURN_IF_ERROR(save(pos));
-      }
-    }
-    last_epoch_loss = loss_count > 0 ? loss_sum / loss_count : std::nan("");
-    CPPTORCHRUN_RETURN_IF_ERROR(save(Position{pos.epoch + 1, 0, pos.global_step, pos.opt_step}));
-  }
-  double seconds = now() - start;
-  // In-process tests run ranks as threads of one process: the figure then
-  // counts the process once per rank.
-  double cpu_seconds = ProcessCpuSeconds() - cpu_start;
-
-  // The job's figures: samples summed, rank 0's clock, losses averaged.
-  int64_t samples = local_samples;
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(&seconds, 1, DType::kFloat64, 0));
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
-  double loss = std::isnan(last_epoch_loss) ? 0.0 : last_epoch_loss;
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
-  metrics.steps = run_batches;
-  metrics.samples = samples;
-  metrics.train_seconds = seconds;
-  metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
-  metrics.cpu_seconds = cpu_seconds;
-  if (!step_seconds.empty()) {
-    double sum = 0;
-    for (double t : step_seconds) sum += t;
-    metrics.step_seconds_mean = sum / step_seconds.size();
-    metrics.step_seconds_median = Median(step_seconds);
-  }
-  for (size_t i = 0; i < 3; ++i) {
-    ModeTally& tally = tallies[i];
-    if (tally.step_seconds.empty()) continue;
-    TrainMetrics::ModeFigures figures;
-    figures.mode = AllReduceModeName(kRotation[i]);
-    figures.steps = static_cast<int64_t>(tally.step_seconds.size());
-    figures.step_seconds_median = Median(tally.step_seconds);
-    figures.comm_wait_seconds = tally.ddp.wait_seconds;
-    figures.allreduce_timed_steps = tally.ddp.timed_steps;
-    figures.allreduce_seconds = tally.ddp.allreduce_seconds;
-    figures.allreduce_hidden_seconds = tally.ddp.hidden_seconds;
-    metrics.by_mode.push_back(figures);
-  }
-  metrics.backward_seconds_mean = run_batches > 0 ? backward_seconds / run_batches : 0;
-  const DdpStats& ddp_stats = (*ddp)->stats();
-  metrics.comm_wait_seconds = ddp_stats.wait_seconds;
-  metrics.allreduce_timed_steps = ddp_stats.timed_steps;
-  metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
-  metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
-  metrics.final_loss = loss;
-  if (deps.test != nullptr) {
-    absl::StatusOr<double> accuracy = Evaluate(model, *deps.test, comm);
-    if (!accuracy.ok()) return accuracy.status();
-    metrics.test_accuracy = *accuracy;
-  }
-  if (deps.final_parameters != nullptr) {
-    deps.final_parameters->clear();
-    for (const torch::Tensor& p : params) {
-      torch::Tensor c = p.detach().contiguous();
-      deps.final_parameters->insert(deps.final_parameters->end(), c.data_ptr<float>(),
-                                    c.data_ptr<float>() + c.numel());
-    }
-  }
-  for (TrainObserver* o : deps.observers) o->OnFinished(metrics);
-  return metrics;
+  // The other ranks may be blocked in a collective with this one: abort it
+  // so that they fail now rather than at their collective timeout.
+  if (!result.ok()) deps.comm->Abort(std::string(result.status().message()));
+  return result;
 }
 
 }  // namespace cpptorchrun::worker

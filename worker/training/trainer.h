@@ -14,23 +14,10 @@
 #include "absl/status/statusor.h"
 #include "worker/comm/comm.h"
 #include "worker/data/idx.h"
+#include "worker/training/allreduce_mode.h"
 #include "worker/training/metrics.h"
 
 namespace cpptorchrun::worker {
-
-// When DDP all-reduces the gradients: during the backward pass (DDP's
-// way), after it (to measure what the overlap saves), or not at all (each
-// rank trains its own replica on its shard: the step time without DDP);
-// or the three in turn, four optimizer steps each: off, after_backward,
-// overlap, off, ... (the DDP benchmark's A/B/C within one run, so that a
-// busy machine slows all three alike). All but the first are for
-// benchmarks.
-enum class AllReduceMode { kOverlap, kAfterBackward, kOff, kRotate };
-
-// "overlap", "after_backward", "off", "rotate".
-const char* AllReduceModeName(AllReduceMode mode);
-// The inverse; InvalidArgument naming the flag and the choices.
-absl::StatusOr<AllReduceMode> ParseAllReduceMode(const std::string& name);
 
 struct TrainConfig {
   int64_t epochs = 10;
@@ -76,11 +63,19 @@ struct TrainDeps {
   std::function<double()> now;
   // When set, receives the final parameters, flattened in registration order.
   std::vector<float>* final_parameters = nullptr;
+  // Optional: polled after every batch (and its checkpoint, if one falls
+  // there); true stops training there with Cancelled. The binary passes
+  // the agent's HeartbeatAck.stop_requested.
+  std::function<bool()> stop_requested;
 };
 
 // Trains and evaluates. Collective: every rank calls it with the same
 // config. Errors: the communicator's, checkpoint I/O, bad config
-// (InvalidArgument naming the field), and Aborted from fail_after_steps.
+// (InvalidArgument naming the field), Aborted from fail_after_steps,
+// Cancelled when stop_requested said so, and Internal for an exception
+// (LibTorch's c10::Error or any std::exception) thrown inside. On every
+// error Train has aborted the communicator first, so that the other ranks
+// fail at once instead of at their collective timeout.
 absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& deps);
 
 // InvalidArgument naming the first bad field.

@@ -18,6 +18,7 @@
 #include "rendezvous/store.h"
 #include "worker/training/checkpoint.h"
 #include "worker/comm/gloo_comm.h"
+#include "worker/comm/recording_comm.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -357,6 +358,47 @@ TEST(Trainer, HiddenLayersShapeTheModelAndGuardTheCheckpoint) {
   Outcome mismatch = TrainOn(1, seed, data);
   EXPECT_EQ(mismatch.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(mismatch.status.message(), HasSubstr("another shape"));
+}
+
+// Counts steps, so a test can stop training from the outside after some.
+class StepCounter final : public TrainObserver {
+ public:
+  void OnStep(const StepReport& report) override { last_step = report.global_step; }
+  int64_t last_step = 0;
+};
+
+TEST(Trainer, StopsAtTheBatchAfterTheRequestAndAbortsTheCommunicator) {
+  Dataset data = Synthetic(640, 3);
+  std::vector<std::string> log;
+  RecordingCommunicator comm([&](const std::string& line) { log.push_back(line); });
+  StepCounter steps;
+  TrainDeps deps;
+  deps.comm = &comm;
+  deps.train = &data;
+  deps.observers = {&steps};
+  deps.stop_requested = [&] { return steps.last_step >= 4; };
+  absl::StatusOr<TrainMetrics> m = Train(Small(), deps);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(m.status().message(), HasSubstr("after step 4"));
+  EXPECT_EQ(steps.last_step, 4);
+  ASSERT_FALSE(log.empty());
+  EXPECT_THAT(log.back(), HasSubstr("abort stopped at the launcher's request"));
+}
+
+TEST(Trainer, ALibTorchErrorBecomesAStatusAndAbortsTheCommunicator) {
+  // A label past the model's 10 classes makes cross_entropy throw.
+  Dataset data = Synthetic(64, 4);
+  data.labels.labels[7] = 42;
+  std::vector<std::string> log;
+  RecordingCommunicator comm([&](const std::string& line) { log.push_back(line); });
+  TrainDeps deps;
+  deps.comm = &comm;
+  deps.train = &data;
+  absl::StatusOr<TrainMetrics> m = Train(Small(), deps);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(m.status().message(), HasSubstr("LibTorch: "));
+  ASSERT_FALSE(log.empty());
+  EXPECT_THAT(log.back(), HasSubstr("abort LibTorch: "));
 }
 
 TEST(Trainer, RejectsBadConfig) {
