@@ -2,6 +2,7 @@
 #include "worker/agent/env.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,19 @@ absl::Status Int(const EnvLookup& lookup, const char* name, int64_t* out) {
   if (!absl::SimpleAtoi(value, out)) {
     return absl::InvalidArgumentError(absl::StrCat(name, "='", value, "' is not an integer"));
   }
+  return absl::OkStatus();
+}
+
+// A positive, finite number of seconds; absent or empty: `out` is kept.
+absl::Status Seconds(const EnvLookup& lookup, const char* name, absl::Duration* out) {
+  const char* value = lookup(name);
+  if (value == nullptr || *value == '\0') return absl::OkStatus();
+  double seconds = 0;
+  if (!absl::SimpleAtod(value, &seconds) || !std::isfinite(seconds) || !(seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", value, "' is not a positive number of seconds"));
+  }
+  *out = absl::Seconds(seconds);
   return absl::OkStatus();
 }
 
@@ -61,6 +75,10 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   }
   if (env.restart_count < 0) {
     return absl::InvalidArgumentError("TORCHELASTIC_RESTART_COUNT is negative");
+  }
+  if (absl::Status s = Seconds(lookup, "CPPTORCHRUN_WORKER_TIMEOUT_S", &env.worker_timeout);
+      !s.ok()) {
+    return s;
   }
   env.rank = static_cast<int>(rank);
   env.local_rank = static_cast<int>(local_rank);

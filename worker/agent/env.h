@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace cpptorchrun::worker {
 
@@ -33,6 +34,9 @@ struct WorkerEnv {
   std::optional<int> fake_gpu;
   // Where Gloo binds: CPPTORCHRUN_LOCAL_ADDR, else 127.0.0.1.
   std::string local_addr = "127.0.0.1";
+  // How long the worker heartbeats without a completed step
+  // (CPPTORCHRUN_WORKER_TIMEOUT_S, seconds, the launcher's --worker_timeout).
+  absl::Duration worker_timeout = absl::Seconds(300);
 };
 
 // Returns the value of a variable, or nullptr when unset.
@@ -40,7 +44,8 @@ using EnvLookup = std::function<const char*(const char*)>;
 
 // Absent variables take the defaults above (a world of one). Errors
 // (InvalidArgument) name the variable and its bad value: not an integer,
-// RANK outside [0, WORLD_SIZE), LOCAL_RANK negative, a port outside 1..65535.
+// RANK outside [0, WORLD_SIZE), LOCAL_RANK negative, a port outside 1..65535,
+// a worker timeout that is not a positive number of seconds.
 absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup);
 
 }  // namespace cpptorchrun::worker

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,6 +29,7 @@ TEST(WorkerEnv, DefaultsAreAWorldOfOne) {
   EXPECT_EQ(env->local_addr, "127.0.0.1");
   EXPECT_FALSE(env->fake_gpu.has_value());
   EXPECT_TRUE(env->rdzv_endpoint.empty());
+  EXPECT_EQ(env->worker_timeout, absl::Seconds(300));
 }
 
 TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
@@ -44,7 +46,8 @@ TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
                                          {"CPPTORCHRUN_RDZV_ROUND", "5"},
                                          {"CPPTORCHRUN_AGENT_SOCKET", "/run/a.sock"},
                                          {"CPPTORCHRUN_FAKE_GPU", "1"},
-                                         {"CPPTORCHRUN_LOCAL_ADDR", "127.0.0.2"}});
+                                         {"CPPTORCHRUN_LOCAL_ADDR", "127.0.0.2"},
+                                         {"CPPTORCHRUN_WORKER_TIMEOUT_S", "7.5"}});
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->local_rank, 1);
@@ -57,6 +60,7 @@ TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
   EXPECT_EQ(env->agent_socket, "/run/a.sock");
   EXPECT_EQ(env->fake_gpu, 1);
   EXPECT_EQ(env->local_addr, "127.0.0.2");
+  EXPECT_EQ(env->worker_timeout, absl::Milliseconds(7500));
 }
 
 TEST(WorkerEnv, BadValuesAreNamed) {
@@ -70,6 +74,12 @@ TEST(WorkerEnv, BadValuesAreNamed) {
               HasSubstr("CPPTORCHRUN_FAKE_GPU"));
   EXPECT_THAT(Parse({{"CPPTORCHRUN_RDZV_ROUND", "1.5"}}).status().message(),
               HasSubstr("CPPTORCHRUN_RDZV_ROUND"));
+  for (const char* bad : {"0", "-3", "soon", "nan", "inf", "1e999"}) {
+    EXPECT_THAT(Parse({{"CPPTORCHRUN_WORKER_TIMEOUT_S", bad}}).status().message(),
+                HasSubstr(absl::StrCat("CPPTORCHRUN_WORKER_TIMEOUT_S='", bad,
+                                       "' is not a positive number of seconds")))
+        << bad;
+  }
 }
 
 }  // namespace

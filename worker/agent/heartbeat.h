@@ -1,11 +1,20 @@
 // Heartbeats and events to the launcher's agent service
 // (CPPTORCHRUN_AGENT_SOCKET): an AgentClient interface with a gRPC client
 // over the Unix socket and a null one, and a HeartbeatReporter that sends
-// the latest progress from a background thread every interval.
+// the latest progress from a background thread every interval. The
+// messages are the wire's own (proto/agent.proto): no mirror struct.
 //
-// A worker whose training thread is stuck must look hung to the launcher,
-// so the reporter stops heartbeating once no step has completed for
-// `stall_after` (the launcher's --worker_timeout then applies).
+// The contract with the launcher:
+// - Heartbeats go every `interval` while steps progress, and stop once no
+//   step has completed for `stall_after` (CPPTORCHRUN_WORKER_TIMEOUT_S, the
+//   launcher's --worker_timeout; 300 s without it), so a rank stuck in a
+//   collective looks hung to the launcher.
+// - Events: STARTED when the reporter is made, RESUMED (step = the restored
+//   global step) when a checkpoint was restored, FINISHED when training
+//   ended, FAILED (message = the error) from the binary's error path.
+// - An ack with stop_requested is remembered (stop_requested()); the
+//   trainer polls it at every batch boundary (TrainDeps::stop_requested)
+//   and the binary then exits as a SIGTERM'd worker would (train_main.cc).
 #ifndef CPPTORCHRUN_WORKER_AGENT_HEARTBEAT_H_
 #define CPPTORCHRUN_WORKER_AGENT_HEARTBEAT_H_
 
@@ -20,31 +29,20 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/agent.pb.h"
 #include "worker/training/metrics.h"
 
 namespace cpptorchrun::worker {
 
-struct HeartbeatInfo {
-  int rank = 0;
-  int local_rank = 0;
-  int64_t pid = 0;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  int64_t total_steps = 0;
-  double loss = 0;
-  double samples_per_s = 0;
-};
-
-enum class WorkerEventKind { kStarted, kResumed, kFinished, kFailed };
+namespace agent_pb = ::cpptorchrun::agent::v1;
 
 // Thread-safe.
 class AgentClient {
  public:
   virtual ~AgentClient() = default;
-  // Returns whether the launcher asks the worker to stop.
-  virtual absl::StatusOr<bool> SendHeartbeat(const HeartbeatInfo& info) = 0;
-  virtual absl::Status SendEvent(int rank, int local_rank, int64_t pid, WorkerEventKind kind,
-                                 int64_t step, const std::string& message) = 0;
+  virtual absl::StatusOr<agent_pb::HeartbeatAck> SendHeartbeat(
+      const agent_pb::Heartbeat& heartbeat) = 0;
+  virtual absl::Status SendEvent(const agent_pb::WorkerEvent& event) = 0;
 };
 
 // gRPC over "unix:<socket_path>"; each call has `call_timeout`.
@@ -60,7 +58,8 @@ bool ShouldHeartbeat(absl::Time now, absl::Time last_progress, absl::Duration st
 
 struct HeartbeatOptions {
   absl::Duration interval = absl::Seconds(1);
-  absl::Duration stall_after = absl::Minutes(5);
+  // WorkerEnv::worker_timeout in the binary.
+  absl::Duration stall_after = absl::Seconds(300);
   int rank = 0;
   int local_rank = 0;
   int64_t pid = 0;
@@ -69,9 +68,10 @@ struct HeartbeatOptions {
 };
 
 // Observes the trainer and heartbeats from its own thread. Construction
-// sends STARTED; OnResumed sends RESUMED and OnFinished FINISHED (on the
-// calling thread, bounded by the client's timeout). Failures to reach the
-// agent are counted, never fatal. The destructor stops and joins the thread.
+// sends STARTED; OnResumed sends RESUMED, OnFinished FINISHED and Failed
+// FAILED (on the calling thread, bounded by the client's timeout). Failures
+// to reach the agent are counted, never fatal. The destructor stops and
+// joins the thread.
 class HeartbeatReporter final : public TrainObserver {
  public:
   HeartbeatReporter(AgentClient* client, const HeartbeatOptions& options);
@@ -80,20 +80,25 @@ class HeartbeatReporter final : public TrainObserver {
   void OnStep(const StepReport& report) override;
   void OnResumed(int64_t global_step) override;
   void OnFinished(const TrainMetrics& metrics) override;
-  // Reports a failure (from main's error path).
+  // Reports a failure (from main's error path); `message` is the error.
   void Failed(const std::string& message);
 
   int64_t sent() const;
   int64_t failures() const;
+  // Whether an ack has asked the worker to stop. Cheap; any thread.
   bool stop_requested() const;
 
  private:
   void Loop();
+  // Sends an event of `kind` with this worker's identity, counting a
+  // failure to deliver it.
+  void SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step, const std::string& message);
+  int64_t LatestStep() const;
 
   AgentClient* const client_;
   const HeartbeatOptions options_;
   mutable absl::Mutex mu_;
-  HeartbeatInfo latest_ ABSL_GUARDED_BY(mu_);
+  agent_pb::Heartbeat latest_ ABSL_GUARDED_BY(mu_);
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -27,15 +27,17 @@ TEST(Heartbeat, StallRule) {
 
 class FakeAgent final : public AgentClient {
  public:
-  absl::StatusOr<bool> SendHeartbeat(const HeartbeatInfo& info) override {
+  absl::StatusOr<pb::HeartbeatAck> SendHeartbeat(const pb::Heartbeat& heartbeat) override {
     absl::MutexLock lock(&mu);
-    beats.push_back(info);
-    return beats.size() >= 3;
+    beats.push_back(heartbeat);
+    pb::HeartbeatAck ack;
+    ack.set_stop_requested(beats.size() >= 3);
+    return ack;
   }
-  absl::Status SendEvent(int, int, int64_t, WorkerEventKind kind, int64_t step,
-                         const std::string&) override {
+  absl::Status SendEvent(const pb::WorkerEvent& event) override {
     absl::MutexLock lock(&mu);
-    events.emplace_back(kind, step);
+    events.emplace_back(event.kind(), event.step());
+    messages.push_back(event.message());
     return absl::OkStatus();
   }
   bool WaitBeats(size_t n) {
@@ -44,8 +46,9 @@ class FakeAgent final : public AgentClient {
     return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
   }
   absl::Mutex mu;
-  std::vector<HeartbeatInfo> beats;
-  std::vector<std::pair<WorkerEventKind, int64_t>> events;
+  std::vector<pb::Heartbeat> beats;
+  std::vector<std::pair<pb::WorkerEvent::Kind, int64_t>> events;
+  std::vector<std::string> messages;
 };
 
 TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
@@ -68,14 +71,54 @@ TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
     reporter.OnFinished(TrainMetrics());
   }
   absl::MutexLock lock(&agent.mu);
-  EXPECT_EQ(agent.beats.back().rank, 2);
-  EXPECT_EQ(agent.beats.back().pid, 99);
-  EXPECT_EQ(agent.beats.back().step, 41);
-  EXPECT_DOUBLE_EQ(agent.beats.back().loss, 0.25);
+  EXPECT_EQ(agent.beats.back().rank(), 2);
+  EXPECT_EQ(agent.beats.back().pid(), 99);
+  EXPECT_EQ(agent.beats.back().step(), 41);
+  EXPECT_DOUBLE_EQ(agent.beats.back().loss(), 0.25);
   ASSERT_EQ(agent.events.size(), 3u);
-  EXPECT_EQ(agent.events[0].first, WorkerEventKind::kStarted);
-  EXPECT_EQ(agent.events[1], std::make_pair(WorkerEventKind::kResumed, int64_t{40}));
-  EXPECT_EQ(agent.events[2].first, WorkerEventKind::kFinished);
+  EXPECT_EQ(agent.events[0].first, pb::WorkerEvent::STARTED);
+  EXPECT_EQ(agent.events[1], std::make_pair(pb::WorkerEvent::RESUMED, int64_t{40}));
+  EXPECT_EQ(agent.events[2].first, pb::WorkerEvent::FINISHED);
+}
+
+TEST(Heartbeat, FailedCarriesTheErrorAndTheLastStep) {
+  FakeAgent agent;
+  HeartbeatOptions options;
+  options.interval = absl::Hours(1);  // no beats: events only
+  {
+    HeartbeatReporter reporter(&agent, options);
+    StepReport step;
+    step.global_step = 12;
+    reporter.OnStep(step);
+    reporter.Failed("absl::Status(UNAVAILABLE): peer gone");
+  }
+  absl::MutexLock lock(&agent.mu);
+  ASSERT_EQ(agent.events.size(), 2u);
+  EXPECT_EQ(agent.events[1], std::make_pair(pb::WorkerEvent::FAILED, int64_t{12}));
+  EXPECT_EQ(agent.messages[1], "absl::Status(UNAVAILABLE): peer gone");
+}
+
+// An agent that is never reached: every call fails.
+class DeadAgent final : public AgentClient {
+ public:
+  absl::StatusOr<pb::HeartbeatAck> SendHeartbeat(const pb::Heartbeat&) override {
+    return absl::UnavailableError("gone");
+  }
+  absl::Status SendEvent(const pb::WorkerEvent&) override {
+    return absl::UnavailableError("gone");
+  }
+};
+
+TEST(Heartbeat, UndeliveredEventsAreCountedNotFatal) {
+  DeadAgent agent;
+  HeartbeatOptions options;
+  options.interval = absl::Hours(1);
+  HeartbeatReporter reporter(&agent, options);
+  reporter.OnResumed(3);
+  reporter.Failed("boom");
+  EXPECT_EQ(reporter.failures(), 3);  // STARTED, RESUMED, FAILED
+  EXPECT_EQ(reporter.sent(), 0);
+  EXPECT_FALSE(reporter.stop_requested());
 }
 
 class AgentService final : public pb::Agent::CallbackService {
@@ -123,12 +166,17 @@ TEST(Heartbeat, GrpcClientOverAUnixSocket) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
   std::unique_ptr<AgentClient> client = NewGrpcAgentClient(socket);
-  HeartbeatInfo info;
-  info.step = 17;
-  absl::StatusOr<bool> ack = client->SendHeartbeat(info);
+  pb::Heartbeat info;
+  info.set_step(17);
+  absl::StatusOr<pb::HeartbeatAck> ack = client->SendHeartbeat(info);
   ASSERT_TRUE(ack.ok()) << ack.status();
-  EXPECT_FALSE(*ack);
-  ASSERT_TRUE(client->SendEvent(0, 0, 1, WorkerEventKind::kResumed, 17, "r").ok());
+  EXPECT_FALSE(ack->stop_requested());
+  pb::WorkerEvent event;
+  event.set_pid(1);
+  event.set_kind(pb::WorkerEvent::RESUMED);
+  event.set_step(17);
+  event.set_message("r");
+  ASSERT_TRUE(client->SendEvent(event).ok());
   {
     absl::MutexLock lock(&service.mu);
     EXPECT_EQ(service.last_step, 17);
