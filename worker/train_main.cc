@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics_json", flags.metrics_json, "write the final figures as JSON here (rank 0)");
   app.add_option("--sample_log", flags.sample_log,
                  "write every batch's sample indices under this folder, a file per round and rank "
-                 "(worker/sample_log.h)");
+                 "(worker/training/sample_log.h)");
   app.add_option("--threads", flags.threads, "LibTorch intra-op threads per worker")->check(CLI::PositiveNumber);
   app.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar, lines, none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
