@@ -11,7 +11,7 @@ At world 2 (Gloo on loopback) each model is trained with `train
                   soon as its gradients are in, during the backward pass.
 The three alternate in blocks of four steps within one run, so that a busy
 machine slows them alike (separate runs differed by 15% on the same mode);
-see worker/trainer.cc for why blocks. Beside
+see worker/training/allreduce_mode.h for why blocks. Beside
 it the Python reference (bench/reference_ddp.py, PyTorch's DDP under
 torchrun, --allreduce rotate: no_sync() and DDP in blocks of four steps).
 

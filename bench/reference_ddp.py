@@ -148,7 +148,7 @@ def train(args, model, optimizer, dataset, sampler, rank, checkpoint):
         batches = skip_batches if epoch == start_epoch else 0
         step_start = time.perf_counter()
         for X, y in loader:
-            # rotate: blocks of 4 steps, as `train --allreduce rotate` (why: worker/trainer.cc)
+            # rotate: blocks of 4 steps, as `train --allreduce rotate` (why: worker/training/allreduce_mode.h)
             mode = ("off", "overlap")[step // 4 % 2] if args.allreduce == "rotate" else args.allreduce
             with model.no_sync() if mode == "off" else contextlib.nullcontext():
                 stats.loss = nn.functional.cross_entropy(model(X.view(-1, 784)), y)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -20,40 +21,25 @@
 #include "base/token.h"
 #include "rendezvous/client.h"
 #include "rendezvous/store.h"
-#include "worker/backend.h"
-#include "worker/comm.h"
-#include "worker/data_file.h"
-#include "worker/env.h"
-#include "worker/error_file.h"
-#include "worker/heartbeat.h"
-#include "worker/idx.h"
-#include "worker/metrics.h"
-#include "worker/nccl_comm.h"
-#include "worker/progress.h"
-#include "worker/sample_log.h"
-#include "worker/startup.h"
-#include "worker/trainer.h"
+#include "worker/comm/backend.h"
+#include "worker/comm/comm.h"
+#include "worker/data/data_file.h"
+#include "worker/agent/env.h"
+#include "worker/agent/error_file.h"
+#include "worker/agent/heartbeat.h"
+#include "worker/data/idx.h"
+#include "worker/training/metrics.h"
+#include "worker/comm/nccl_comm.h"
+#include "worker/training/progress.h"
+#include "worker/training/sample_log.h"
+#include "worker/agent/startup.h"
+#include "worker/training/trainer.h"
+#include "worker/train_setup.h"
 
 namespace cpptorchrun::worker {
 namespace {
 
 constexpr char kVersion[] = "train 0.1.0";
-
-struct Flags {
-  TrainConfig train;
-  std::string backend = "auto";
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  std::string data_cache;
-  int64_t limit = 0;
-  double bucket_cap_mb = 25;
-  std::string allreduce = "overlap";
-  double heartbeat_interval = 1.0;
-  double comm_timeout = 300;
-  std::string metrics_json;
-  std::string sample_log;
-  int threads = 1;
-  std::string progress = "auto";
-};
 
 // The error path's state: where to report, filled in as it becomes known.
 struct Reporting {
@@ -72,6 +58,11 @@ int Fail(const Reporting& reporting, const std::string& type, const std::string&
     if (!written.ok()) std::fprintf(stderr, "train: %s\n", std::string(written.message()).c_str());
   }
   return 1;
+}
+
+int Fail(const Reporting& reporting, const std::string& type, const absl::Status& status,
+         const std::string& context) {
+  return Fail(reporting, type, std::string(status.message()), context);
 }
 
 std::string StatusType(const absl::Status& status) {
@@ -107,6 +98,98 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
   return store;
 }
 
+// The communicator of the round's store, with the backend `kind`.
+absl::StatusOr<std::unique_ptr<Communicator>> OpenCommunicator(const Flags& flags,
+                                                               const WorkerEnv& env,
+                                                               BackendKind kind,
+                                                               rdzv::Store* store) {
+  CommSetup setup;
+  setup.kind = kind;
+  setup.store = store;
+  setup.rank = env.rank;
+  setup.world_size = env.world_size;
+  setup.local_rank = env.local_rank;
+  setup.fake_gpu = env.fake_gpu;
+  setup.local_addr = env.local_addr;
+  setup.timeout = absl::Seconds(flags.comm_timeout);
+  return MakeCommunicator(setup);
+}
+
+// The training and test splits.
+struct Data {
+  Dataset train;
+  Dataset test;
+};
+
+absl::StatusOr<Data> LoadData(const Flags& flags) {
+  absl::StatusOr<Dataset> train = LoadMnistSplit(flags.data_dir, Split::kTrain, flags.limit, flags.data_cache);
+  if (!train.ok()) return train.status();
+  absl::StatusOr<Dataset> test = LoadMnistSplit(flags.data_dir, Split::kTest, 0, flags.data_cache);
+  if (!test.ok()) return test.status();
+  return Data{*std::move(train), *std::move(test)};
+}
+
+// What observes training: rank 0's console progress, the heartbeats, the
+// sample log; owned here, lent to TrainDeps.
+struct Observers {
+  std::optional<ConsoleProgress> progress;
+  std::unique_ptr<SampleLog> sample_log;
+  std::vector<TrainObserver*> all;
+};
+
+absl::Status AddObservers(const Flags& flags, const WorkerEnv& env, HeartbeatReporter* heartbeat,
+                          Observers& observers) {
+  if (env.rank == 0 && flags.progress != "none") {
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    observers.progress.emplace(stdout, flags.progress == "bar" || (flags.progress == "auto" && terminal));
+    observers.all.push_back(&*observers.progress);
+  }
+  if (heartbeat != nullptr) observers.all.push_back(heartbeat);
+  if (!flags.sample_log.empty()) {
+    absl::StatusOr<std::unique_ptr<SampleLog>> opened =
+        SampleLog::Open(flags.sample_log, env.rdzv_round, env.rank, env.world_size);
+    if (!opened.ok()) return opened.status();
+    observers.sample_log = *std::move(opened);
+    observers.all.push_back(observers.sample_log.get());
+  }
+  return absl::OkStatus();
+}
+
+// Trains with everything opened, and turns the result into the exit code:
+// the metrics file on success, the stop on the launcher's request, or the
+// failure reported.
+int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& config,
+                TrainDeps& deps, const std::optional<HeartbeatReporter>& heartbeat,
+                Reporting& reporting) {
+  if (heartbeat.has_value()) {
+    deps.stop_requested = [&heartbeat] { return heartbeat->stop_requested(); };
+  }
+  // Train has aborted the communicator on any failure.
+  absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
+  switch (EndingOf(metrics.status(), heartbeat.has_value() && heartbeat->stop_requested())) {
+    case Ending::kStopped:
+      std::fprintf(stderr, "train[rank %d]: %s\n", env.rank,
+                   std::string(metrics.status().message()).c_str());
+      reporting.heartbeat = nullptr;
+      return kStoppedExitCode;
+    case Ending::kFailed:
+      return Fail(reporting, StatusType(metrics.status()), metrics.status(),
+                  absl::StrCat("training, rank ", env.rank, " of ", env.world_size));
+    case Ending::kFinished:
+      break;
+  }
+  if (!flags.metrics_json.empty() && env.rank == 0) {
+    if (absl::Status written = WriteMetricsJson(flags.metrics_json, *metrics); !written.ok()) {
+      return Fail(reporting, "IOError", written, "--metrics_json");
+    }
+  }
+  reporting.heartbeat = nullptr;
+  return 0;
+}
+
+// The whole worker: environment, config, heartbeats (first, so a slow
+// start still heartbeats), data, store, communicator, observers, training.
+// Each step's failure is reported with its own error type and context.
 int Run(const Flags& flags, Reporting& reporting) {
   StartupPhases startup;
   const double main_at = MonotonicSeconds();
@@ -114,114 +197,58 @@ int Run(const Flags& flags, Reporting& reporting) {
     startup.before_main = *since;
   }
   absl::StatusOr<WorkerEnv> env = ParseWorkerEnv([](const char* name) { return std::getenv(name); });
-  if (!env.ok()) return Fail(reporting, "InvalidEnvironment", std::string(env.status().message()), "");
+  if (!env.ok()) return Fail(reporting, "InvalidEnvironment", env.status(), "");
   reporting.error_file = env->error_file;
   reporting.rank = env->rank;
 
-  TrainConfig config = flags.train;
-  config.bucket_cap_bytes = static_cast<int64_t>(flags.bucket_cap_mb * (1 << 20));
-  absl::StatusOr<AllReduceMode> allreduce = ParseAllReduceMode(flags.allreduce);
-  if (!allreduce.ok()) return Fail(reporting, "InvalidArgument", std::string(allreduce.status().message()), "flags");
-  config.allreduce = *allreduce;
-  config.restart_count = env->restart_count;
-  // Fault injection kills the first attempt only, so that a restarted
-  // group (TORCHELASTIC_RESTART_COUNT > 0) runs to the end.
-  if (env->restart_count > 0) config.fail_after_steps = 0;
-  if (absl::Status valid = ValidateConfig(config); !valid.ok()) {
-    return Fail(reporting, "InvalidArgument", std::string(valid.message()), "flags");
-  }
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, *env);
+  if (!config.ok()) return Fail(reporting, "InvalidArgument", config.status(), "flags");
   absl::StatusOr<BackendKind> kind =
       ChooseBackend(flags.backend, env->fake_gpu.has_value(), NcclBuilt(),
                     flags.backend == "gloo" ? 0 : CudaDeviceCount());
-  if (!kind.ok()) return Fail(reporting, "InvalidArgument", std::string(kind.status().message()), "flags");
+  if (!kind.ok()) return Fail(reporting, "InvalidArgument", kind.status(), "flags");
   SetTorchThreads(flags.threads);
 
-  // The agent first, so a slow start (data, bootstrap) still heartbeats.
   std::unique_ptr<AgentClient> agent =
       env->agent_socket.empty() ? NewNullAgentClient() : NewGrpcAgentClient(env->agent_socket);
-  HeartbeatOptions heartbeat_options;
-  heartbeat_options.interval = absl::Seconds(flags.heartbeat_interval);
-  heartbeat_options.rank = env->rank;
-  heartbeat_options.local_rank = env->local_rank;
-  heartbeat_options.pid = ::getpid();
   std::optional<HeartbeatReporter> heartbeat;
   if (!env->agent_socket.empty()) {
-    heartbeat.emplace(agent.get(), heartbeat_options);
+    heartbeat.emplace(agent.get(), HeartbeatOptionsFor(flags, *env, ::getpid()));
     reporting.heartbeat = &*heartbeat;
   }
 
   const double data_at = MonotonicSeconds();
-  absl::StatusOr<Dataset> train = LoadMnistSplit(flags.data_dir, Split::kTrain, flags.limit, flags.data_cache);
-  if (!train.ok()) return Fail(reporting, "DataError", std::string(train.status().message()), flags.data_dir);
-  absl::StatusOr<Dataset> test = LoadMnistSplit(flags.data_dir, Split::kTest, 0, flags.data_cache);
-  if (!test.ok()) return Fail(reporting, "DataError", std::string(test.status().message()), flags.data_dir);
+  absl::StatusOr<Data> data = LoadData(flags);
+  if (!data.ok()) return Fail(reporting, "DataError", data.status(), flags.data_dir);
 
   const double comm_at = MonotonicSeconds();
   startup.data = comm_at - data_at;
   std::unique_ptr<rdzv::RendezvousClient> client;
   absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &client);
-  if (!store.ok()) return Fail(reporting, "RendezvousError", std::string(store.status().message()), "");
-  CommSetup setup;
-  setup.kind = *kind;
-  setup.store = store->get();
-  setup.rank = env->rank;
-  setup.world_size = env->world_size;
-  setup.local_rank = env->local_rank;
-  setup.fake_gpu = env->fake_gpu;
-  setup.local_addr = env->local_addr;
-  setup.timeout = absl::Seconds(flags.comm_timeout);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = MakeCommunicator(setup);
+  if (!store.ok()) return Fail(reporting, "RendezvousError", store.status(), "");
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, store->get());
   if (!comm.ok()) {
-    return Fail(reporting, "CommunicatorError", std::string(comm.status().message()),
-                absl::StrCat("backend ", BackendName(*kind)));
+    return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(*kind)));
   }
-
   startup.communicator = MonotonicSeconds() - comm_at;
   if (startup.before_main >= 0) startup.total = startup.before_main + MonotonicSeconds() - main_at;
-  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
-  const bool show = env->rank == 0 && flags.progress != "none";
-  ConsoleProgress progress(stdout, flags.progress == "bar" || (flags.progress == "auto" && terminal));
-  TrainDeps deps;
-  deps.comm = comm->get();
-  deps.train = &*train;
-  deps.test = &*test;
-  if (show) deps.observers.push_back(&progress);
-  if (heartbeat.has_value()) deps.observers.push_back(&*heartbeat);
-  std::unique_ptr<SampleLog> sample_log;
-  if (!flags.sample_log.empty()) {
-    absl::StatusOr<std::unique_ptr<SampleLog>> opened =
-        SampleLog::Open(flags.sample_log, env->rdzv_round, env->rank, env->world_size);
-    if (!opened.ok()) return Fail(reporting, "InvalidArgument", std::string(opened.status().message()), "flags");
-    sample_log = *std::move(opened);
-    deps.observers.push_back(sample_log.get());
+
+  Observers observers;
+  if (absl::Status added = AddObservers(flags, *env, heartbeat ? &*heartbeat : nullptr, observers);
+      !added.ok()) {
+    return Fail(reporting, "InvalidArgument", added, "flags");
   }
   if (env->rank == 0) {
-    std::printf("train: world %d, backend %s, %lld samples, batch %lld per rank, %lld epochs; %s\n",
-                env->world_size, (*comm)->backend().c_str(), static_cast<long long>(train->size()),
-                static_cast<long long>(config.batch_size), static_cast<long long>(config.epochs),
-                FormatStartup(startup).c_str());
-    if ((config.allreduce == AllReduceMode::kOff || config.allreduce == AllReduceMode::kRotate) &&
-        env->world_size > 1) {
-      std::printf("train: --allreduce %s: gradients are not averaged on %s, the replicas drift "
-                  "apart (a benchmark, not data parallelism)\n",
-                  AllReduceModeName(config.allreduce),
-                  config.allreduce == AllReduceMode::kOff ? "any step" : "a third of the steps");
-    }
+    std::fputs(OpeningLines(*env, (*comm)->backend(), data->train.size(), *config,
+                            FormatStartup(startup)).c_str(), stdout);
     std::fflush(stdout);
   }
-  absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
-  if (!metrics.ok()) {
-    (*comm)->Abort(std::string(metrics.status().message()));
-    return Fail(reporting, StatusType(metrics.status()), std::string(metrics.status().message()),
-                absl::StrCat("training, rank ", env->rank, " of ", env->world_size));
-  }
-  if (!flags.metrics_json.empty() && env->rank == 0) {
-    if (absl::Status written = WriteMetricsJson(flags.metrics_json, *metrics); !written.ok()) {
-      return Fail(reporting, "IOError", std::string(written.message()), "--metrics_json");
-    }
-  }
-  reporting.heartbeat = nullptr;
-  return 0;
+  TrainDeps deps;
+  deps.comm = comm->get();
+  deps.train = &data->train;
+  deps.test = &data->test;
+  deps.observers = observers.all;
+  return TrainAndEnd(flags, *env, *config, deps, heartbeat, reporting);
 }
 
 }  // namespace
@@ -274,7 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics_json", flags.metrics_json, "write the final figures as JSON here (rank 0)");
   app.add_option("--sample_log", flags.sample_log,
                  "write every batch's sample indices under this folder, a file per round and rank "
-                 "(worker/sample_log.h)");
+                 "(worker/training/sample_log.h)");
   app.add_option("--threads", flags.threads, "LibTorch intra-op threads per worker")->check(CLI::PositiveNumber);
   app.add_option("--progress", flags.progress, "auto (a bar on a terminal), bar, lines, none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));

@@ -1,0 +1,77 @@
+// The backend rule and the communicator factory.
+#include "worker/comm/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/comm/fake_gpu_comm.h"
+#include "worker/comm/gloo_comm.h"
+#include "worker/comm/nccl_comm.h"
+
+namespace cpptorchrun::worker {
+
+absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
+                                          int cuda_devices) {
+  if (flag == "gloo") return BackendKind::kGloo;
+  if (flag == "auto") {
+    if (fake_gpu) return BackendKind::kFakeGpu;
+    if (nccl_built && cuda_devices > 0) return BackendKind::kNccl;
+    return BackendKind::kGloo;
+  }
+  if (flag == "nccl") {
+    if (fake_gpu) return BackendKind::kFakeGpu;
+    if (!nccl_built) {
+      return absl::FailedPreconditionError(
+          "--backend nccl: this train was built without CUDA and NCCL; use --backend gloo");
+    }
+    if (cuda_devices == 0) {
+      return absl::FailedPreconditionError(
+          "--backend nccl: no CUDA device is visible; use --backend gloo (or the launcher's "
+          "--fake_gpus)");
+    }
+    return BackendKind::kNccl;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--backend '", flag, "' is not one of auto, nccl, gloo"));
+}
+
+const char* BackendName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kGloo:
+      return "gloo";
+    case BackendKind::kNccl:
+      return "nccl";
+    case BackendKind::kFakeGpu:
+      return "fake-gpu";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& setup) {
+  GlooOptions gloo;
+  gloo.store = setup.store;
+  gloo.rank = setup.rank;
+  gloo.world_size = setup.world_size;
+  gloo.hostname = setup.local_addr;
+  gloo.timeout = setup.timeout;
+  switch (setup.kind) {
+    case BackendKind::kGloo:
+      return NewGlooCommunicator(gloo);
+    case BackendKind::kFakeGpu: {
+      FakeGpuOptions fake;
+      fake.gloo = gloo;
+      fake.device = setup.fake_gpu.value_or(setup.local_rank);
+      return NewFakeGpuCommunicator(fake);
+    }
+    case BackendKind::kNccl: {
+      NcclOptions nccl;
+      nccl.store = setup.store;
+      nccl.rank = setup.rank;
+      nccl.world_size = setup.world_size;
+      nccl.device = setup.local_rank;
+      nccl.timeout = setup.timeout;
+      return NewNcclCommunicator(nccl);
+    }
+  }
+  return absl::InternalError("unknown backend");
+}
+
+}  // namespace cpptorchrun::worker

@@ -1,0 +1,44 @@
+// Choosing and building the communicator for --backend auto|nccl|gloo:
+// the rule is a pure function (tested on its own); MakeCommunicator builds
+// the chosen one over the round's store.
+#ifndef CPPTORCHRUN_WORKER_COMM_BACKEND_H_
+#define CPPTORCHRUN_WORKER_COMM_BACKEND_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rendezvous/store.h"
+#include "worker/comm/comm.h"
+
+namespace cpptorchrun::worker {
+
+enum class BackendKind { kGloo, kNccl, kFakeGpu };
+
+// auto: fake GPUs when CPPTORCHRUN_FAKE_GPU is set, NCCL when it is built
+// and a GPU is visible, Gloo otherwise. nccl: fake GPUs stand in for it when
+// set; without NCCL in the build or without a GPU, an error saying which.
+// gloo: Gloo. Anything else: InvalidArgument naming the value.
+absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
+                                          int cuda_devices);
+
+const char* BackendName(BackendKind kind);
+
+struct CommSetup {
+  BackendKind kind = BackendKind::kGloo;
+  rdzv::Store* store = nullptr;  // borrowed
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::optional<int> fake_gpu;
+  std::string local_addr = "127.0.0.1";
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& setup);
+
+}  // namespace cpptorchrun::worker
+
+#endif  // CPPTORCHRUN_WORKER_COMM_BACKEND_H_

@@ -1,0 +1,253 @@
+// Tests of the communicators, one thread per rank sharing an in-memory
+// rendezvous store, Gloo over TCP on 127.0.0.1. Every test runs on every
+// backend that can run here (Gloo and fake GPUs).
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/store.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/comm_thread.h"
+#include "worker/comm/fake_gpu_comm.h"
+#include "worker/comm/gloo_comm.h"
+#include "worker/comm/nccl_bootstrap.h"
+
+namespace cpptorchrun::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+enum class Backend { kGloo, kFakeGpu };
+
+absl::StatusOr<std::unique_ptr<Communicator>> Make(Backend backend, rdzv::Store* store, int rank,
+                                                   int world) {
+  GlooOptions gloo;
+  gloo.store = store;
+  gloo.rank = rank;
+  gloo.world_size = world;
+  gloo.timeout = absl::Seconds(20);
+  if (backend == Backend::kGloo) return NewGlooCommunicator(gloo);
+  FakeGpuOptions fake;
+  fake.gloo = gloo;
+  fake.device = rank;
+  return NewFakeGpuCommunicator(fake);
+}
+
+// Runs `body(rank, comm)` on `world` threads, each with its own communicator.
+template <typename Body>
+void RunRanks(Backend backend, int world, Body body) {
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Make(backend, store.get(), rank, world);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      EXPECT_EQ((*comm)->rank(), rank);
+      EXPECT_EQ((*comm)->world_size(), world);
+      body(rank, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+class CommTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(CommTest, AllReduceSumAndAverage) {
+  RunRanks(GetParam(), 3, [](int rank, Communicator& comm) {
+    std::vector<float> f = {float(rank), float(rank * 10), 1.0f};
+    std::vector<double> d = {double(rank + 1)};
+    std::vector<int64_t> i = {int64_t{1} << (rank + 40)};
+    ASSERT_TRUE(comm.AllReduce(f.data(), f.size(), DType::kFloat32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(comm.AllReduce(d.data(), d.size(), DType::kFloat64, ReduceOp::kAverage).ok());
+    ASSERT_TRUE(comm.AllReduce(i.data(), i.size(), DType::kInt64, ReduceOp::kSum).ok());
+    EXPECT_FLOAT_EQ(f[0], 3.0f);
+    EXPECT_FLOAT_EQ(f[1], 30.0f);
+    EXPECT_FLOAT_EQ(f[2], 3.0f);
+    EXPECT_DOUBLE_EQ(d[0], 2.0);
+    EXPECT_EQ(i[0], (int64_t{1} << 40) + (int64_t{1} << 41) + (int64_t{1} << 42));
+    absl::Status bad = comm.AllReduce(i.data(), 1, DType::kInt64, ReduceOp::kAverage);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+TEST_P(CommTest, ManyAsyncAllReducesCompleteInOrder) {
+  RunRanks(GetParam(), 2, [](int rank, Communicator& comm) {
+    constexpr int kOps = 16;
+    std::vector<std::vector<float>> buffers(kOps);
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < kOps; ++k) {
+      buffers[k].assign(1000 + k, float(k + rank));
+      works.push_back(comm.AllReduceAsync(buffers[k].data(), buffers[k].size(), DType::kFloat32,
+                                          ReduceOp::kSum));
+    }
+    for (int k = 0; k < kOps; ++k) {
+      ASSERT_TRUE(works[k]->Wait().ok());
+      EXPECT_TRUE(works[k]->IsCompleted());
+      EXPECT_FLOAT_EQ(buffers[k].back(), float(2 * k + 1));
+    }
+  });
+}
+
+TEST_P(CommTest, BroadcastFromEachRootAndBarrier) {
+  RunRanks(GetParam(), 3, [](int rank, Communicator& comm) {
+    for (int root = 0; root < 3; ++root) {
+      std::vector<double> v = {double(rank), double(rank) * 2};
+      ASSERT_TRUE(comm.Broadcast(v.data(), v.size(), DType::kFloat64, root).ok());
+      EXPECT_DOUBLE_EQ(v[0], root);
+      EXPECT_DOUBLE_EQ(v[1], root * 2);
+      ASSERT_TRUE(comm.Barrier().ok());
+    }
+    std::vector<float> v(1);
+    EXPECT_EQ(comm.Broadcast(v.data(), 1, DType::kFloat32, 3).code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
+TEST_P(CommTest, AbortFailsLaterCollectives) {
+  RunRanks(GetParam(), 2, [](int rank, Communicator& comm) {
+    std::vector<float> v = {1.0f};
+    ASSERT_TRUE(comm.AllReduce(v.data(), 1, DType::kFloat32, ReduceOp::kSum).ok());
+    comm.Abort("test abort");
+    absl::Status after = comm.AllReduce(v.data(), 1, DType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(after.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(after.message(), HasSubstr("test abort"));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommTest, ::testing::Values(Backend::kGloo, Backend::kFakeGpu),
+                         [](const auto& info) {
+                           return info.param == Backend::kGloo ? "Gloo" : "FakeGpu";
+                         });
+
+TEST(Comm, SingleProcessIsIdentity) {
+  std::unique_ptr<Communicator> comm = NewSingleProcessCommunicator();
+  std::vector<float> v = {2.5f};
+  ASSERT_TRUE(comm->AllReduce(v.data(), 1, DType::kFloat32, ReduceOp::kAverage).ok());
+  EXPECT_FLOAT_EQ(v[0], 2.5f);
+  EXPECT_TRUE(comm->Barrier().ok());
+  comm->Abort("done");
+  EXPECT_EQ(comm->Barrier().code(), absl::StatusCode::kAborted);
+}
+
+TEST(Comm, GlooRejectsBadOptions) {
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  GlooOptions options;
+  options.store = store.get();
+  options.rank = 2;
+  options.world_size = 2;
+  EXPECT_EQ(NewGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.store = nullptr;
+  options.rank = 0;
+  EXPECT_EQ(NewGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Comm, GlooBootstrapTimesOutWithoutPeers) {
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  GlooOptions options;
+  options.store = store.get();
+  options.rank = 1;
+  options.world_size = 2;
+  options.timeout = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = NewGlooCommunicator(options);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_THAT(comm.status().message(), HasSubstr("gloo: cannot connect rank 1 of 2"));
+}
+
+TEST(NcclBootstrap, SharesRankZerosIdAndDetectsAMismatch) {
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  std::string made(kNcclUniqueIdBytes, 'x');
+  absl::StatusOr<std::string> zero =
+      ShareNcclUniqueId(*store, 0, [&]() -> absl::StatusOr<std::string> { return made; },
+                        absl::Seconds(1));
+  ASSERT_TRUE(zero.ok());
+  absl::StatusOr<std::string> one = ShareNcclUniqueId(
+      *store, 1, []() -> absl::StatusOr<std::string> { return absl::InternalError("unused"); },
+      absl::Seconds(1));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, made);
+
+  std::string other = made;
+  other[100] = 'y';
+  std::thread peer([&] { (void)VerifySameUniqueId(*store, 1, 2, other, absl::Seconds(5)); });
+  absl::Status mismatch = VerifySameUniqueId(*store, 0, 2, made, absl::Seconds(5));
+  peer.join();
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(mismatch.message(), HasSubstr("rank 1 holds a different NCCL unique id"));
+}
+
+TEST(NcclBootstrap, WrongLengthAndMissingId) {
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  absl::StatusOr<std::string> missing =
+      ShareNcclUniqueId(*store, 1, RandomUniqueId, absl::Milliseconds(50));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(store->Set(kNcclUniqueIdKey, "short").ok());
+  absl::StatusOr<std::string> short_id =
+      ShareNcclUniqueId(*store, 1, RandomUniqueId, absl::Milliseconds(50));
+  EXPECT_EQ(short_id.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::string> random = RandomUniqueId();
+  ASSERT_TRUE(random.ok());
+  EXPECT_EQ(random->size(), kNcclUniqueIdBytes);
+}
+
+TEST(CommThread, AbortFailsQueuedWork) {
+  CommThread thread;
+  absl::Mutex mu;
+  bool started = false;
+  bool release = false;
+  auto first = thread.Submit([&] {
+    absl::MutexLock lock(&mu);
+    started = true;
+    mu.Await(absl::Condition(&release));
+    return absl::OkStatus();
+  });
+  {
+    // Abort only once the first task is running: queued ones fail, it does not.
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&started));
+  }
+  EXPECT_FALSE(first->Times().has_value()) << "times of a collective still running";
+  auto second = thread.Submit([] { return absl::OkStatus(); });
+  thread.Abort("stop");
+  EXPECT_EQ(second->Wait().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(second->Times().has_value()) << "an aborted collective never ran";
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  EXPECT_TRUE(first->Wait().ok());
+  EXPECT_TRUE(first->Times().has_value());
+  EXPECT_EQ(thread.Submit([] { return absl::OkStatus(); })->Wait().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST(CommThread, TimesBracketTheCollectiveOnTheSteadyClock) {
+  CommThread thread;
+  double inside = 0;
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const double before = now();
+  auto work = thread.Submit([&] {
+    inside = now();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(work->Wait().ok());
+  std::optional<WorkTimes> times = work->Times();
+  ASSERT_TRUE(times.has_value());
+  EXPECT_LE(before, times->started);
+  EXPECT_LE(times->started, inside);
+  EXPECT_LE(inside, times->finished);
+  EXPECT_LE(times->finished, now());
+  // A failed collective has no times: its figures would mislead.
+  auto failed = thread.Submit([] { return absl::InternalError("wire"); });
+  EXPECT_FALSE(failed->Wait().ok());
+  EXPECT_FALSE(failed->Times().has_value());
+}
+
+}  // namespace
+}  // namespace cpptorchrun::worker

@@ -1,0 +1,93 @@
+// Tests of the binary's pure decisions: the config from flags and
+// environment, the heartbeat options, rank 0's opening lines, and how a
+// training result ends the process.
+#include "worker/train_setup.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(ConfigFromFlags, CarriesTheFlagsAndTheRestartCount) {
+  Flags flags;
+  flags.bucket_cap_mb = 2;
+  flags.allreduce = "after_backward";
+  flags.train.fail_after_steps = 7;
+  WorkerEnv env;
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, env);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->bucket_cap_bytes, 2 << 20);
+  EXPECT_EQ(config->allreduce, AllReduceMode::kAfterBackward);
+  EXPECT_EQ(config->fail_after_steps, 7);
+  EXPECT_EQ(config->restart_count, 0);
+}
+
+TEST(ConfigFromFlags, FaultInjectionKillsTheFirstAttemptOnly) {
+  Flags flags;
+  flags.train.fail_after_steps = 7;
+  WorkerEnv env;
+  env.restart_count = 1;
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, env);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->fail_after_steps, 0);
+  EXPECT_EQ(config->restart_count, 1);
+}
+
+TEST(ConfigFromFlags, BadFlagsAreNamed) {
+  Flags flags;
+  flags.allreduce = "later";
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--allreduce"));
+  flags = Flags();
+  flags.train.keep_checkpoints = 0;
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(),
+              HasSubstr("--keep_checkpoints"));
+}
+
+TEST(HeartbeatOptionsFor, StallBoundIsTheEnvironmentsWorkerTimeout) {
+  Flags flags;
+  flags.heartbeat_interval = 0.5;
+  WorkerEnv env;
+  env.rank = 3;
+  env.local_rank = 1;
+  env.worker_timeout = absl::Seconds(42);
+  HeartbeatOptions options = HeartbeatOptionsFor(flags, env, 1234);
+  EXPECT_EQ(options.interval, absl::Milliseconds(500));
+  EXPECT_EQ(options.stall_after, absl::Seconds(42));
+  EXPECT_EQ(options.rank, 3);
+  EXPECT_EQ(options.local_rank, 1);
+  EXPECT_EQ(options.pid, 1234);
+}
+
+TEST(OpeningLines, ShapeAndTheBenchmarkWarningOnlyWhereReplicasDrift) {
+  WorkerEnv env;
+  env.world_size = 2;
+  TrainConfig config;
+  config.epochs = 3;
+  std::string lines = OpeningLines(env, "gloo", 60000, config, "started in 0.8 s");
+  EXPECT_EQ(lines,
+            "train: world 2, backend gloo, 60000 samples, batch 64 per rank, 3 epochs; "
+            "started in 0.8 s\n");
+  config.allreduce = AllReduceMode::kRotate;
+  EXPECT_THAT(OpeningLines(env, "gloo", 60000, config, ""),
+              HasSubstr("--allreduce rotate: gradients are not averaged on a third of the steps"));
+  config.allreduce = AllReduceMode::kOff;
+  EXPECT_THAT(OpeningLines(env, "gloo", 60000, config, ""), HasSubstr("on any step"));
+  env.world_size = 1;
+  EXPECT_THAT(OpeningLines(env, "gloo", 60000, config, ""), Not(HasSubstr("drift")));
+}
+
+TEST(EndingOf, AStopIsACancelAfterTheLaunchersRequest) {
+  EXPECT_EQ(EndingOf(absl::OkStatus(), false), Ending::kFinished);
+  EXPECT_EQ(EndingOf(absl::OkStatus(), true), Ending::kFinished);
+  EXPECT_EQ(EndingOf(absl::CancelledError("stopped"), true), Ending::kStopped);
+  // A cancel nobody asked for is a failure, and so is any other error.
+  EXPECT_EQ(EndingOf(absl::CancelledError("?"), false), Ending::kFailed);
+  EXPECT_EQ(EndingOf(absl::AbortedError("peer"), true), Ending::kFailed);
+}
+
+}  // namespace
+}  // namespace cpptorchrun::worker

@@ -1,0 +1,107 @@
+// The run's final figures and their JSON form (--metrics_json), and the
+// per-step report the trainer hands its observers (console progress,
+// heartbeats). No LibTorch here.
+#ifndef CPPTORCHRUN_WORKER_TRAINING_METRICS_H_
+#define CPPTORCHRUN_WORKER_TRAINING_METRICS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+#include "absl/status/status.h"
+
+namespace cpptorchrun::worker {
+
+struct TrainMetrics {
+  int world_size = 1;
+  int64_t epochs = 0;
+  // Optimizer steps and batches this run took (after any resume).
+  int64_t steps = 0;
+  // Training samples processed by all ranks together in this run.
+  int64_t samples = 0;
+  double train_seconds = 0;
+  // The whole job's: samples / train_seconds.
+  double samples_per_s = 0;
+  // CPU time (user + system) all ranks' processes spent in the training
+  // loop: samples / cpu_seconds compares implementations on a busy machine.
+  double cpu_seconds = 0;
+  // Rank 0's wall seconds per batch: drawing the batch, forward, backward,
+  // the gradients' all-reduce and the optimizer step (progress and
+  // checkpoints not counted): mean and median (the median shrugs off a
+  // busy machine's stalls); and the backward call's mean.
+  double step_seconds_mean = 0;
+  double step_seconds_median = 0;
+  double backward_seconds_mean = 0;
+  // Wall seconds rank 0 waited for gradient all-reduces after backward.
+  double comm_wait_seconds = 0;
+  // Rank 0's gradient all-reduces: their own run time and the part of it
+  // that ran before the backward pass returned (hidden behind it), summed
+  // over the steps whose backend reports when a collective ran (Gloo and
+  // fake GPUs do, NCCL does not: then 0 steps).
+  int64_t allreduce_timed_steps = 0;
+  double allreduce_seconds = 0;
+  double allreduce_hidden_seconds = 0;
+  // "overlap", "after_backward", "off" or "rotate" (TrainConfig::allreduce).
+  std::string allreduce = "overlap";
+  // The same figures (rank 0's) per all-reduce mode the steps ran in: one
+  // entry, or three under "rotate".
+  struct ModeFigures {
+    std::string mode;
+    int64_t steps = 0;
+    double step_seconds_median = 0;
+    double comm_wait_seconds = 0;
+    int64_t allreduce_timed_steps = 0;
+    double allreduce_seconds = 0;
+    double allreduce_hidden_seconds = 0;
+  };
+  std::vector<ModeFigures> by_mode;
+  // The MLP's hidden widths, "512" or "1024,1024".
+  std::string hidden = "512";
+  // On the t10k split, in [0, 1]; negative when not evaluated.
+  double test_accuracy = -1;
+  // Mean training loss over the last epoch trained, averaged over ranks.
+  double final_loss = 0;
+  int64_t restart_count = 0;
+  // The global batch index restored from a checkpoint; -1 when none.
+  int64_t resumed_from_step = -1;
+  std::string backend;
+};
+
+// One JSON object with the keys of TrainMetrics.
+std::string MetricsToJson(const TrainMetrics& metrics);
+
+// Writes MetricsToJson to `path` (replaced atomically). Errors name the path.
+absl::Status WriteMetricsJson(const std::string& path, const TrainMetrics& metrics);
+
+// Progress after one batch, as rank `rank` sees it.
+struct StepReport {
+  int rank = 0;
+  int64_t epoch = 0;   // 0-based
+  int64_t epochs = 0;
+  int64_t step_in_epoch = 0;  // batches done in this epoch (1-based after the first)
+  int64_t steps_in_epoch = 0;
+  int64_t global_step = 0;  // batches done since the job began
+  int64_t total_steps = 0;
+  double loss = 0;
+  // The whole job's throughput since this run started.
+  double samples_per_s = 0;
+  double elapsed_seconds = 0;
+  // The data set indices of this rank's batch (valid during OnStep only).
+  absl::Span<const int64_t> samples;
+};
+
+// What the trainer tells about its progress. Called on the training thread;
+// implementations must be quick (hand off to their own threads).
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void OnStep(const StepReport& report) {}
+  virtual void OnResumed(int64_t global_step) {}
+  virtual void OnFinished(const TrainMetrics& metrics) {}
+};
+
+}  // namespace cpptorchrun::worker
+
+#endif  // CPPTORCHRUN_WORKER_TRAINING_METRICS_H_

@@ -1,0 +1,48 @@
+// The sample log (`train --sample_log DIR`, for tests and audits): every
+// batch's data set indices, one file per (round, rank), so that a scenario
+// can check that an epoch interrupted by restarts and world-size changes
+// still visits every sample once (tests/jobs.py: epoch_coverage).
+//
+// File DIR/samples.round<R>.rank<K>.pid<P>.txt:
+//   # round R rank K world W
+//   # resumed S                      (when the run restored a checkpoint)
+//   <global step> <epoch> <index> <index> ...   (one line per batch)
+// Each line goes out in one write(2), so a killed worker leaves whole lines.
+#ifndef CPPTORCHRUN_WORKER_TRAINING_SAMPLE_LOG_H_
+#define CPPTORCHRUN_WORKER_TRAINING_SAMPLE_LOG_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/training/metrics.h"
+
+namespace cpptorchrun::worker {
+
+// One rank's log; used from the training thread.
+class SampleLog : public TrainObserver {
+ public:
+  // Creates DIR (and parents) and the rank's file. Errors name the path.
+  static absl::StatusOr<std::unique_ptr<SampleLog>> Open(const std::string& dir, int64_t round,
+                                                         int rank, int world_size);
+  ~SampleLog() override;
+  SampleLog(const SampleLog&) = delete;
+  SampleLog& operator=(const SampleLog&) = delete;
+
+  void OnResumed(int64_t global_step) override;
+  void OnStep(const StepReport& report) override;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  SampleLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void Write(const std::string& line);
+
+  int fd_;
+  std::string path_;
+};
+
+}  // namespace cpptorchrun::worker
+
+#endif  // CPPTORCHRUN_WORKER_TRAINING_SAMPLE_LOG_H_

@@ -1,0 +1,597 @@
+// The training loop: model, data tensors, Adam, DDP, checkpoints, resume,
+// evaluation and the final figures. Train is the boundary: inside it,
+// LibTorch's exceptions become statuses and every failure aborts the
+// communicator.
+#include "worker/training/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/training/allreduce_mode.h"
+#include "worker/training/checkpoint.h"
+#include "worker/training/ddp.h"
+#include "worker/data/sampler.h"
+#include "worker/training/schedule.h"
+#include "worker/training/step_plan.h"
+#include "worker/data/torch_random.h"
+
+namespace cpptorchrun::worker {
+namespace {
+
+constexpr int64_t kInputs = 784;
+constexpr int64_t kClasses = 10;
+// Bounds on --hidden: a typo must not allocate the machine away.
+constexpr size_t kMaxHiddenLayers = 16;
+constexpr int64_t kMaxHiddenWidth = 16384;
+
+#define CPPTORCHRUN_RETURN_IF_ERROR(expr)       \
+  do {                                          \
+    absl::Status status_ = (expr);              \
+    if (!status_.ok()) return status_;          \
+  } while (false)
+
+// The seed's model, Linear(784, 512), ReLU, Linear(512, 10), or with other
+// hidden widths: Linear layers fc1, fc2, ... with a ReLU between them.
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(const std::vector<int64_t>& hidden) {
+    int64_t in = kInputs;
+    for (size_t i = 0; i <= hidden.size(); ++i) {
+      const int64_t out = i < hidden.size() ? hidden[i] : kClasses;
+      layers.push_back(register_module(absl::StrCat("fc", i + 1), torch::nn::Linear(in, out)));
+      in = out;
+    }
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      x = layers[i](x);
+      if (i + 1 < layers.size()) x = torch::relu(x);
+    }
+    return x;
+  }
+
+  // PyTorch's default Linear initialisation (uniform in +-1/sqrt(fan_in)
+  // for weight and bias), drawn from a generator of our own so that
+  // concurrent ranks in one process do not share LibTorch's global one.
+  void Initialise(uint64_t seed) {
+    torch::NoGradGuard no_grad;
+    at::Generator generator = at::detail::createCPUGenerator(seed);
+    for (torch::nn::Linear& layer : layers) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(layer->weight.size(1)));
+      layer->weight.uniform_(-bound, bound, generator);
+      layer->bias.uniform_(-bound, bound, generator);
+    }
+  }
+
+  std::vector<torch::nn::Linear> layers;
+};
+TORCH_MODULE(Mlp);
+
+// The images as bytes, borrowed (no copy): a batch is scaled to [0, 1] when
+// it is drawn (Rows), so a worker never holds a float copy of the whole set
+// (188 MB for Fashion-MNIST) nor spends its start-up making one.
+torch::Tensor ImagesTensor(const Dataset& data) {
+  return torch::from_blob(const_cast<uint8_t*>(data.images.pixels.data()),
+                          {data.size(), data.features()}, torch::kUInt8);
+}
+
+// Rows `rows` of ImagesTensor as floats in [0, 1], as ToTensor scales them.
+torch::Tensor Rows(const torch::Tensor& images, const torch::Tensor& rows) {
+  return images.index_select(0, rows).to(torch::kFloat).div_(255.0);
+}
+
+torch::Tensor LabelsTensor(const Dataset& data) {
+  return torch::from_blob(const_cast<uint8_t*>(data.labels.labels.data()), {data.size()},
+                          torch::kUInt8)
+      .to(torch::kLong);
+}
+
+std::string StateKey(const torch::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+
+torch::optim::AdamParamState& AdamState(torch::optim::Adam& optimizer, const torch::Tensor& p) {
+  auto& states = optimizer.state();
+  auto it = states.find(StateKey(p));
+  if (it == states.end()) {
+    auto fresh = std::make_unique<torch::optim::AdamParamState>();
+    fresh->step(0);
+    fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    it = states.emplace(StateKey(p), std::move(fresh)).first;
+  }
+  return static_cast<torch::optim::AdamParamState&>(*it->second);
+}
+
+TensorBlob ToBlob(const std::string& name, const torch::Tensor& t) {
+  torch::Tensor c = t.detach().contiguous().to(torch::kFloat);
+  TensorBlob blob;
+  blob.name = name;
+  blob.shape.assign(c.sizes().begin(), c.sizes().end());
+  blob.data.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  return blob;
+}
+
+absl::Status FromBlob(const CheckpointState& state, const std::string& name, torch::Tensor& t) {
+  const TensorBlob* blob = state.Tensor(name);
+  if (blob == nullptr) return absl::DataLossError(absl::StrCat("checkpoint has no tensor ", name));
+  if (blob->shape != std::vector<int64_t>(t.sizes().begin(), t.sizes().end())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint tensor ", name, " has another shape than the model's"));
+  }
+  torch::NoGradGuard no_grad;
+  t.copy_(torch::from_blob(const_cast<float*>(blob->data.data()), t.sizes(), torch::kFloat));
+  return absl::OkStatus();
+}
+
+// Where training stands: what a checkpoint records.
+struct Position {
+  int64_t epoch = 0;
+  int64_t samples_in_epoch = 0;  // consumed by the whole group
+  int64_t global_step = 0;       // batches since the job began
+  int64_t opt_step = 0;
+};
+
+CheckpointState Snapshot(const std::vector<torch::Tensor>& params, torch::optim::Adam& optimizer,
+                         const Position& pos, int world_size, const TrainConfig& config) {
+  CheckpointState state;
+  state.ints["epoch"] = pos.epoch;
+  state.ints["samples_in_epoch"] = pos.samples_in_epoch;
+  state.ints["global_step"] = pos.global_step;
+  state.ints["opt_step"] = pos.opt_step;
+  state.ints["world_size"] = world_size;
+  state.ints["batch_size"] = config.batch_size;
+  state.ints["seed"] = static_cast<int64_t>(config.seed);
+  for (size_t i = 0; i < params.size(); ++i) {
+    state.tensors.push_back(ToBlob(absl::StrCat("param.", i), params[i]));
+    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
+    state.ints[absl::StrCat("adam.step.", i)] = adam.step();
+    state.tensors.push_back(ToBlob(absl::StrCat("adam.exp_avg.", i), adam.exp_avg()));
+    state.tensors.push_back(ToBlob(absl::StrCat("adam.exp_avg_sq.", i), adam.exp_avg_sq()));
+  }
+  return state;
+}
+
+absl::Status Restore(const CheckpointState& state, std::vector<torch::Tensor>& params,
+                     torch::optim::Adam& optimizer, Position* pos) {
+  for (const char* key : {"epoch", "samples_in_epoch", "global_step", "opt_step"}) {
+    if (!state.Int(key).ok()) return state.Int(key).status();
+  }
+  pos->epoch = *state.Int("epoch");
+  pos->samples_in_epoch = *state.Int("samples_in_epoch");
+  pos->global_step = *state.Int("global_step");
+  pos->opt_step = *state.Int("opt_step");
+  for (size_t i = 0; i < params.size(); ++i) {
+    CPPTORCHRUN_RETURN_IF_ERROR(FromBlob(state, absl::StrCat("param.", i), params[i]));
+    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
+    absl::StatusOr<int64_t> step = state.Int(absl::StrCat("adam.step.", i));
+    if (!step.ok()) return step.status();
+    adam.step(*step);
+    CPPTORCHRUN_RETURN_IF_ERROR(FromBlob(state, absl::StrCat("adam.exp_avg.", i), adam.exp_avg()));
+    CPPTORCHRUN_RETURN_IF_ERROR(
+        FromBlob(state, absl::StrCat("adam.exp_avg_sq.", i), adam.exp_avg_sq()));
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0 reads the newest valid checkpoint; everyone receives the position
+// and the optimizer state from it (parameters follow in DDP's broadcast),
+// so only rank 0 needs to see the checkpoint folder.
+absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
+                            std::vector<torch::Tensor>& params, torch::optim::Adam& optimizer,
+                            Position* pos, const std::function<void(const std::string&)>& warn) {
+  int64_t meta[5] = {0, 0, 0, 0, 0};
+  if (comm.rank() == 0 && !config.checkpoint_dir.empty()) {
+    std::vector<std::string> warnings;
+    std::optional<LoadedCheckpoint> loaded = LoadNewestCheckpoint(config.checkpoint_dir, &warnings);
+    for (const std::string& w : warnings) warn(w);
+    if (loaded.has_value()) {
+      absl::Status restored = Restore(loaded->state, params, optimizer, pos);
+      if (!restored.ok()) {
+        // Tell the others before giving up, so they fail now rather than at
+        // their collective timeout.
+        meta[0] = -1;
+        std::string message = absl::StrCat(loaded->path, ": ", restored.message());
+        if (absl::Status told = comm.Broadcast(meta, 5, DType::kInt64, 0); !told.ok()) {
+          absl::StrAppend(&message, " (and telling the other ranks failed: ", told.message(), ")");
+        }
+        return absl::Status(restored.code(), message);
+      }
+      meta[0] = 1;
+      meta[1] = pos->epoch;
+      meta[2] = pos->samples_in_epoch;
+      meta[3] = pos->global_step;
+      meta[4] = pos->opt_step;
+    }
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(meta, 5, DType::kInt64, 0));
+  if (meta[0] < 0) {
+    return absl::FailedPreconditionError("rank 0 could not restore its newest checkpoint");
+  }
+  if (meta[0] == 0) return false;
+  *pos = Position{meta[1], meta[2], meta[3], meta[4]};
+  std::vector<int64_t> steps;
+  std::vector<torch::Tensor> moments;
+  for (const torch::Tensor& p : params) {
+    torch::optim::AdamParamState& adam = AdamState(optimizer, p);
+    steps.push_back(adam.step());
+    moments.push_back(adam.exp_avg().reshape({-1}));
+    moments.push_back(adam.exp_avg_sq().reshape({-1}));
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(steps.data(), steps.size(), DType::kInt64, 0));
+  torch::Tensor flat = torch::cat(moments);
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(flat.data_ptr<float>(), flat.numel(), DType::kFloat32, 0));
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
+    adam.step(steps[i]);
+    for (torch::Tensor t : {adam.exp_avg(), adam.exp_avg_sq()}) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+  return true;
+}
+
+// Rank r scores test rows r, r + W, ...; the counts are summed.
+absl::StatusOr<double> Evaluate(Mlp& model, const Dataset& test, Communicator& comm) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor images = ImagesTensor(test);
+  torch::Tensor labels = LabelsTensor(test);
+  torch::Tensor rows = torch::arange(comm.rank(), test.size(), comm.world_size(), torch::kLong);
+  int64_t counts[2] = {0, rows.numel()};
+  for (int64_t start = 0; start < rows.numel(); start += 2000) {
+    torch::Tensor chunk = rows.narrow(0, start, std::min<int64_t>(2000, rows.numel() - start));
+    torch::Tensor predicted = model->forward(Rows(images, chunk)).argmax(1);
+    counts[0] += predicted.eq(labels.index_select(0, chunk)).sum().item<int64_t>();
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.AllReduce(counts, 2, DType::kInt64, ReduceOp::kSum));
+  return counts[1] > 0 ? static_cast<double>(counts[0]) / static_cast<double>(counts[1]) : 0.0;
+}
+
+// This process's CPU time (all threads), in seconds.
+double ProcessCpuSeconds() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// One call of Train on this rank: the model with its optimizer and DDP, the
+// training set as tensors, the sampler, where training stands, and what
+// this run has measured. The phases are Start (resume and agree on the
+// parameters), then RunEpoch per epoch, then Finish (the job's figures and
+// the evaluation). May throw LibTorch's exceptions; Train converts them.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, const TrainDeps& deps);
+
+  absl::Status Start();
+  bool Done() const { return pos_.epoch >= config_.epochs; }
+  absl::Status RunEpoch();
+  absl::StatusOr<TrainMetrics> Finish();
+
+ private:
+  // Forward, backward, DDP and (on the window's last batch) the optimizer
+  // step for the rows `rows`. Returns the batch's loss.
+  absl::StatusOr<double> TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
+                                    AllReduceMode mode);
+  // The observers' report of the batch just done.
+  void Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch);
+  // Rank 0 writes `at` when checkpoints are on; the others do nothing.
+  absl::Status Save(const Position& at);
+  // The job's figures: samples summed, rank 0's clock, CPU time summed,
+  // the last epoch's loss averaged.
+  absl::Status AgreeOnFigures(TrainMetrics& metrics);
+
+  const TrainConfig& config_;
+  const TrainDeps& deps_;
+  Communicator& comm_;
+  const std::function<void(const std::string&)> warn_;
+  const std::function<double()> now_;
+
+  Mlp model_;
+  std::vector<torch::Tensor> params_;
+  torch::optim::Adam optimizer_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::optional<DistributedSampler> sampler_;
+  LrSchedule schedule_;
+  const torch::Tensor images_;
+  const torch::Tensor labels_;
+  int64_t full_epoch_steps_ = 0;
+
+  Position pos_;
+  TrainMetrics metrics_;
+  double start_ = 0;
+  double cpu_start_ = 0;
+  int64_t run_batches_ = 0;
+  int64_t local_samples_ = 0;
+  std::vector<double> step_seconds_;
+  double backward_seconds_ = 0;
+  ModeTallies tallies_;
+  double last_epoch_loss_ = std::nan("");
+};
+
+Mlp InitialisedMlp(const TrainConfig& config) {
+  Mlp model(config.hidden);
+  model->Initialise(config.seed);
+  return model;
+}
+
+std::function<void(const std::string&)> WarnOrStderr(const TrainDeps& deps) {
+  if (deps.warn) return deps.warn;
+  return [](const std::string& w) { std::cerr << "warning: " << w << std::endl; };
+}
+
+TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
+    : config_(config),
+      deps_(deps),
+      comm_(*deps.comm),
+      warn_(WarnOrStderr(deps)),
+      now_(deps.now ? deps.now : std::function<double()>(SteadySeconds)),
+      model_(InitialisedMlp(config)),
+      params_(model_->parameters()),
+      optimizer_(params_, torch::optim::AdamOptions(config.lr)),
+      images_(ImagesTensor(*deps.train)),
+      labels_(LabelsTensor(*deps.train)) {
+  schedule_.base_lr = config.lr;
+  schedule_.scale = int64_t{comm_.world_size()} * config.grad_accum_steps;
+  schedule_.scale_lr = config.scale_lr;
+  schedule_.warmup_steps = config.warmup_steps;
+  metrics_.world_size = comm_.world_size();
+  metrics_.epochs = config.epochs;
+  metrics_.restart_count = config.restart_count;
+  metrics_.backend = comm_.backend();
+  metrics_.allreduce = AllReduceModeName(config.allreduce);
+  metrics_.hidden = absl::StrJoin(config.hidden, ",");
+}
+
+absl::Status TrainingRun::Start() {
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_bytes = config_.bucket_cap_bytes;
+  ddp_options.first_bucket_cap_bytes = config_.first_bucket_cap_bytes;
+  ddp_options.overlap = config_.allreduce == AllReduceMode::kOverlap;
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Create(params_, model_->buffers(), &comm_, ddp_options);
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = *std::move(ddp);
+
+  absl::StatusOr<bool> resumed = Resume(config_, comm_, params_, optimizer_, &pos_, warn_);
+  if (!resumed.ok()) return resumed.status();
+  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(0));
+  if (*resumed) {
+    metrics_.resumed_from_step = pos_.global_step;
+    for (TrainObserver* o : deps_.observers) o->OnResumed(pos_.global_step);
+  }
+
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = deps_.train->size();
+  sampler_options.world_size = comm_.world_size();
+  sampler_options.rank = comm_.rank();
+  sampler_options.seed = config_.seed;
+  sampler_options.drop_last = config_.drop_last;
+  CPPTORCHRUN_RETURN_IF_ERROR(DistributedSampler::Validate(sampler_options, TorchRandperm));
+  sampler_.emplace(sampler_options, TorchRandperm);
+  full_epoch_steps_ = (sampler_->NumSamples(0) + config_.batch_size - 1) / config_.batch_size;
+  start_ = now_();
+  cpu_start_ = ProcessCpuSeconds();
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::RunEpoch() {
+  const int64_t batch = config_.batch_size;
+  sampler_->SetEpoch(pos_.epoch);
+  std::vector<int64_t> order = sampler_->Indices(pos_.samples_in_epoch);
+  const int64_t local = static_cast<int64_t>(order.size());
+  const int64_t batches = (local + batch - 1) / batch;
+  const int64_t done_before = full_epoch_steps_ - batches;
+  torch::Tensor order_t = torch::from_blob(order.data(), {local}, torch::kLong).clone();
+  double loss_sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t len = std::min(batch, local - b * batch);
+    const BatchPlan plan = PlanBatch(b, batches, config_.grad_accum_steps);
+    const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
+    absl::StatusOr<double> loss = TrainBatch(order_t.narrow(0, b * batch, len), plan, mode);
+    if (!loss.ok()) return loss.status();
+    loss_sum += *loss;
+    ++pos_.global_step;
+    ++run_batches_;
+    local_samples_ += len;
+    pos_.samples_in_epoch += batch * comm_.world_size();
+    Report(*loss, absl::MakeConstSpan(order.data() + b * batch, len), done_before + b + 1);
+
+    if (config_.fail_after_steps > 0 && run_batches_ == config_.fail_after_steps) {
+      return absl::AbortedError(
+          absl::StrCat("fault injection: stopped after ", run_batches_, " batches"));
+    }
+    if (MidEpochCheckpointDue(plan, pos_.opt_step, config_.checkpoint_every)) {
+      CPPTORCHRUN_RETURN_IF_ERROR(Save(pos_));
+    }
+    if (deps_.stop_requested && deps_.stop_requested()) {
+      return absl::CancelledError(absl::StrCat("stopped at the launcher's request after step ",
+                                               pos_.global_step));
+    }
+  }
+  last_epoch_loss_ = batches > 0 ? loss_sum / batches : std::nan("");
+  ++pos_.epoch;
+  pos_.samples_in_epoch = 0;
+  return Save(pos_);
+}
+
+absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
+                                               AllReduceMode mode) {
+  const DdpStats ddp_before = ddp_->stats();
+  const double step_start = now_();
+  ddp_->set_overlap(mode == AllReduceMode::kOverlap);
+  // With the all-reduce off, every step is a local one to DDP.
+  ddp_->PrepareBackward(plan.sync && mode != AllReduceMode::kOff);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(Rows(images_, rows)),
+                                                            labels_.index_select(0, rows));
+  const double backward_start = now_();
+  (plan.window > 1 ? loss / static_cast<double>(plan.window) : loss).backward();
+  backward_seconds_ += now_() - backward_start;
+  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->FinishBackward());
+  if (plan.sync) {
+    auto& adam = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options());
+    adam.lr(LearningRate(schedule_, pos_.opt_step));
+    optimizer_.step();
+    for (torch::Tensor& p : params_) p.mutable_grad().reset();
+    ++pos_.opt_step;
+  }
+  step_seconds_.push_back(now_() - step_start);
+  tallies_.Add(mode, step_seconds_.back(), ddp_->stats() - ddp_before);
+  return loss.item<double>();
+}
+
+void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch) {
+  StepReport report;
+  report.rank = comm_.rank();
+  report.epoch = pos_.epoch;
+  report.epochs = config_.epochs;
+  report.step_in_epoch = step_in_epoch;
+  report.steps_in_epoch = full_epoch_steps_;
+  report.global_step = pos_.global_step;
+  report.total_steps = full_epoch_steps_ * config_.epochs;
+  report.loss = loss;
+  report.elapsed_seconds = now_() - start_;
+  report.samples = samples;
+  report.samples_per_s = report.elapsed_seconds > 0
+                             ? local_samples_ * comm_.world_size() / report.elapsed_seconds
+                             : 0;
+  for (TrainObserver* o : deps_.observers) o->OnStep(report);
+}
+
+absl::Status TrainingRun::Save(const Position& at) {
+  if (comm_.rank() != 0 || config_.checkpoint_dir.empty()) return absl::OkStatus();
+  return WriteCheckpoint(config_.checkpoint_dir, at.global_step,
+                         Snapshot(params_, optimizer_, at, comm_.world_size(), config_),
+                         config_.keep_checkpoints);
+}
+
+absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
+  double seconds = now_() - start_;
+  // In-process tests run ranks as threads of one process: the figure then
+  // counts the process once per rank.
+  double cpu_seconds = ProcessCpuSeconds() - cpu_start_;
+  int64_t samples = local_samples_;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&seconds, 1, DType::kFloat64, 0));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
+  double loss = std::isnan(last_epoch_loss_) ? 0.0 : last_epoch_loss_;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
+  metrics.samples = samples;
+  metrics.train_seconds = seconds;
+  metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
+  metrics.cpu_seconds = cpu_seconds;
+  metrics.final_loss = loss;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
+  TrainMetrics metrics = metrics_;
+  CPPTORCHRUN_RETURN_IF_ERROR(AgreeOnFigures(metrics));
+  metrics.steps = run_batches_;
+  if (!step_seconds_.empty()) {
+    double sum = 0;
+    for (double t : step_seconds_) sum += t;
+    metrics.step_seconds_mean = sum / step_seconds_.size();
+    metrics.step_seconds_median = Median(step_seconds_);
+  }
+  metrics.by_mode = tallies_.Figures();
+  metrics.backward_seconds_mean = run_batches_ > 0 ? backward_seconds_ / run_batches_ : 0;
+  const DdpStats& ddp_stats = ddp_->stats();
+  metrics.comm_wait_seconds = ddp_stats.wait_seconds;
+  metrics.allreduce_timed_steps = ddp_stats.timed_steps;
+  metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
+  metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
+  if (deps_.test != nullptr) {
+    absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, comm_);
+    if (!accuracy.ok()) return accuracy.status();
+    metrics.test_accuracy = *accuracy;
+  }
+  if (deps_.final_parameters != nullptr) {
+    deps_.final_parameters->clear();
+    for (const torch::Tensor& p : params_) {
+      torch::Tensor c = p.detach().contiguous();
+      deps_.final_parameters->insert(deps_.final_parameters->end(), c.data_ptr<float>(),
+                                     c.data_ptr<float>() + c.numel());
+    }
+  }
+  for (TrainObserver* o : deps_.observers) o->OnFinished(metrics);
+  return metrics;
+}
+
+// Train without the exception boundary.
+absl::StatusOr<TrainMetrics> TrainThrowing(const TrainConfig& config, const TrainDeps& deps) {
+  TrainingRun run(config, deps);
+  CPPTORCHRUN_RETURN_IF_ERROR(run.Start());
+  while (!run.Done()) CPPTORCHRUN_RETURN_IF_ERROR(run.RunEpoch());
+  return run.Finish();
+}
+
+absl::Status CheckInputs(const TrainConfig& config, const TrainDeps& deps) {
+  CPPTORCHRUN_RETURN_IF_ERROR(ValidateConfig(config));
+  if (deps.train->features() != kInputs) {
+    return absl::InvalidArgumentError(absl::StrCat("training images have ", deps.train->features(),
+                                                   " pixels, the model takes ", kInputs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void SetTorchThreads(int threads) { torch::set_num_threads(std::max(1, threads)); }
+
+absl::Status ValidateConfig(const TrainConfig& c) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  if (c.epochs < 1) return bad(absl::StrCat("--epochs must be at least 1, got ", c.epochs));
+  if (c.batch_size < 1) return bad(absl::StrCat("--batch_size must be at least 1, got ", c.batch_size));
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad(absl::StrCat("--lr must be positive, got ", c.lr));
+  if (c.grad_accum_steps < 1) {
+    return bad(absl::StrCat("--grad_accum_steps must be at least 1, got ", c.grad_accum_steps));
+  }
+  if (c.warmup_steps < 0) return bad("--warmup_steps must not be negative");
+  if (c.bucket_cap_bytes < 1) return bad("--bucket_cap_mb must be positive");
+  if (c.checkpoint_every < 0) return bad("--checkpoint_every must not be negative");
+  if (c.keep_checkpoints < 1) return bad("--keep_checkpoints must be at least 1");
+  if (c.hidden.size() > kMaxHiddenLayers) {
+    return bad(absl::StrCat("--hidden has ", c.hidden.size(), " layers, at most ", kMaxHiddenLayers));
+  }
+  for (int64_t width : c.hidden) {
+    if (width < 1 || width > kMaxHiddenWidth) {
+      return bad(absl::StrCat("--hidden widths must be in [1, ", kMaxHiddenWidth, "], got ", width));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& deps) {
+  if (deps.comm == nullptr || deps.train == nullptr) {
+    return absl::InvalidArgumentError("Train: a communicator and a training set are required");
+  }
+  absl::StatusOr<TrainMetrics> result;
+  try {
+    absl::Status inputs = CheckInputs(config, deps);
+    result = inputs.ok() ? TrainThrowing(config, deps) : absl::StatusOr<TrainMetrics>(inputs);
+  } catch (const c10::Error& e) {
+    result = absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    result = absl::InternalError(absl::StrCat("training: ", e.what()));
+  }
+  // The other ranks may be blocked in a collective with this one: abort it
+  // so that they fail now rather than at their collective timeout.
+  if (!result.ok()) deps.comm->Abort(std::string(result.status().message()));
+  return result;
+}
+
+}  // namespace cpptorchrun::worker

@@ -1,0 +1,89 @@
+// The training loop of the seed: Linear(784, 512), ReLU, Linear(512, 10)
+// (or more hidden layers, TrainConfig::hidden);
+// Adam; cross-entropy; the distributed sampler; DDP over the injected
+// communicator; checkpoints and resume; test accuracy at the end. The
+// header is torch-free so that main and tests stay cheap to compile.
+#ifndef CPPTORCHRUN_WORKER_TRAINING_TRAINER_H_
+#define CPPTORCHRUN_WORKER_TRAINING_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/comm/comm.h"
+#include "worker/data/idx.h"
+#include "worker/training/allreduce_mode.h"
+#include "worker/training/metrics.h"
+
+namespace cpptorchrun::worker {
+
+struct TrainConfig {
+  int64_t epochs = 10;
+  int64_t batch_size = 64;  // per rank
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  // Optimizer step every this many batches; the all-reduce only on those.
+  int64_t grad_accum_steps = 1;
+  // Linear scaling rule (lr x world x accumulation) with linear warm-up.
+  bool scale_lr = false;
+  int64_t warmup_steps = 100;
+  int64_t bucket_cap_bytes = int64_t{25} << 20;
+  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+  AllReduceMode allreduce = AllReduceMode::kOverlap;
+  // The MLP's hidden layer widths, each followed by a ReLU: the seed's is
+  // one layer of 512. Deeper models give DDP more than one bucket to
+  // overlap (the DDP benchmark uses one).
+  std::vector<int64_t> hidden = {512};
+  // Empty: no checkpoints. Rank 0 writes every `checkpoint_every` optimizer
+  // steps (0: only at epoch ends) and at each epoch's end, keeping
+  // `keep_checkpoints`.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  int64_t restart_count = 0;
+  // Fault injection for tests: return Aborted after this many batches of
+  // this run, as if killed (no further checkpoint). 0: off.
+  int64_t fail_after_steps = 0;
+};
+
+struct TrainDeps {
+  // Required; borrowed.
+  Communicator* comm = nullptr;
+  const Dataset* train = nullptr;
+  // Optional: no evaluation when null.
+  const Dataset* test = nullptr;
+  // Optional observers (progress, heartbeats); borrowed.
+  std::vector<TrainObserver*> observers;
+  // Warnings (a skipped checkpoint); default: stderr.
+  std::function<void(const std::string&)> warn;
+  // Seconds on a monotonic clock; default: std::chrono::steady_clock.
+  std::function<double()> now;
+  // When set, receives the final parameters, flattened in registration order.
+  std::vector<float>* final_parameters = nullptr;
+  // Optional: polled after every batch (and its checkpoint, if one falls
+  // there); true stops training there with Cancelled. The binary passes
+  // the agent's HeartbeatAck.stop_requested.
+  std::function<bool()> stop_requested;
+};
+
+// Trains and evaluates. Collective: every rank calls it with the same
+// config. Errors: the communicator's, checkpoint I/O, bad config
+// (InvalidArgument naming the field), Aborted from fail_after_steps,
+// Cancelled when stop_requested said so, and Internal for an exception
+// (LibTorch's c10::Error or any std::exception) thrown inside. On every
+// error Train has aborted the communicator first, so that the other ranks
+// fail at once instead of at their collective timeout.
+absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& deps);
+
+// InvalidArgument naming the first bad field.
+absl::Status ValidateConfig(const TrainConfig& config);
+
+// Sets LibTorch's intra-op threads (process-wide).
+void SetTorchThreads(int threads);
+
+}  // namespace cpptorchrun::worker
+
+#endif  // CPPTORCHRUN_WORKER_TRAINING_TRAINER_H_

@@ -1,0 +1,39 @@
+// mkdir -p and write-all.
+#include "worker/util/file_util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace cpptorchrun::worker {
+
+absl::Status MakeDirs(const std::string& dir, mode_t mode) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string partial = dir.substr(0, i);
+    if (::mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", partial, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("write ", path, ": ", n < 0 ? std::strerror(errno) : "no progress"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cpptorchrun::worker
