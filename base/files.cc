@@ -1,6 +1,7 @@
 #include "base/files.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -33,6 +34,19 @@ absl::Status MakeDirs(const std::string& dir, mode_t mode) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(dir, ": not a folder"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat("write ", path, ": ", n < 0 ? std::strerror(errno) : "no progress"));
+    }
+    done += static_cast<size_t>(n);
   }
   return absl::OkStatus();
 }

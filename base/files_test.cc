@@ -1,5 +1,6 @@
 #include "base/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,20 @@ TEST(ReadWholeFile, ReadsBytesAndNamesWhatIsMissing) {
   auto missing = ReadWholeFile(root + "/none", "token file");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("token file"), absl::string_view::npos);
+}
+
+TEST(WriteAll, WritesEveryByteAndNamesThePathOnError) {
+  const std::string root = TempDir();
+  const std::string path = root + "/out";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string data(1 << 20, 'x');
+  ASSERT_TRUE(WriteAll(fd, data, path).ok());
+  ::close(fd);
+  EXPECT_EQ(*ReadWholeFile(path, "output"), data);
+  absl::Status closed = WriteAll(fd, "y", path);
+  ASSERT_FALSE(closed.ok()) << "a closed descriptor";
+  EXPECT_NE(closed.message().find(path), absl::string_view::npos) << closed;
 }
 
 }  // namespace

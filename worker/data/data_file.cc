@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/util/file_util.h"
+#include "base/files.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -112,11 +112,11 @@ absl::StatusOr<std::string> Inflate(const std::string& path, int64_t size_hint) 
 
 // Best effort: the cache is an optimisation, its failures are not errors.
 void WriteCache(const std::string& dir, const std::string& path, const std::string& bytes) {
-  if (!MakeDirs(dir, 0700).ok()) return;
+  if (!base::MakeDirs(dir, 0700).ok()) return;
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
-  const bool written = WriteAll(fd, bytes, temp).ok();
+  const bool written = base::WriteAll(fd, bytes, temp).ok();
   const bool ok = ::close(fd) == 0 && written;
   if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
 }

@@ -18,7 +18,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "worker/util/file_util.h"
+#include "base/files.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -204,12 +204,12 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 
 absl::Status WriteCheckpoint(const std::string& dir, int64_t id, const CheckpointState& state,
                              int keep) {
-  if (absl::Status made = MakeDirs(dir); !made.ok()) return made;
+  if (absl::Status made = base::MakeDirs(dir); !made.ok()) return made;
   const std::string final_path = dir + "/" + CheckpointFileName(id);
   const std::string temp_path = absl::StrCat(final_path, ".tmp.", ::getpid());
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(Errno("open", temp_path));
-  absl::Status written = WriteAll(fd, EncodeCheckpoint(state), temp_path);
+  absl::Status written = base::WriteAll(fd, EncodeCheckpoint(state), temp_path);
   if (written.ok() && ::fsync(fd) != 0) written = absl::InternalError(Errno("fsync", temp_path));
   if (::close(fd) != 0 && written.ok()) written = absl::InternalError(Errno("close", temp_path));
   if (written.ok() && ::rename(temp_path.c_str(), final_path.c_str()) != 0) {

@@ -9,13 +9,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/util/file_util.h"
+#include "base/files.h"
 
 namespace cpptorchrun::worker {
 
 absl::StatusOr<std::unique_ptr<SampleLog>> SampleLog::Open(const std::string& dir, int64_t round,
                                                            int rank, int world_size) {
-  if (absl::Status made = MakeDirs(dir); !made.ok()) {
+  if (absl::Status made = base::MakeDirs(dir); !made.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--sample_log: ", made.message()));
   }
   const std::string path =
@@ -34,7 +34,7 @@ SampleLog::~SampleLog() { ::close(fd_); }
 
 void SampleLog::Write(const std::string& line) {
   // A test aid: a full disk shows as a short log, not as a failed run.
-  (void)WriteAll(fd_, line, path_);
+  (void)base::WriteAll(fd_, line, path_);
 }
 
 void SampleLog::OnResumed(int64_t global_step) { Write(absl::StrCat("# resumed ", global_step, "\n")); }
