@@ -192,6 +192,12 @@ struct JoinResult {
   bool round_completed = false;
 };
 
+// Why a Join of `node` (asking for `options`, last in `last_round`) is
+// refused before it changes anything; OK when it is not. The errors are
+// ApplyJoin's, but for a taken static rank (which depends on the joiners).
+absl::Status CheckJoin(const RunState& state, const v1::NodeInfo& node, const RoundOptions& options,
+                       int64_t last_round);
+
 // A Join of `node` who last took part in `last_round`. Errors:
 // FailedPrecondition when the run is closed, the node's nnodes disagree with
 // the run's, or its static rank is taken; InvalidArgument for a static rank

@@ -151,6 +151,35 @@ TEST(ApplyJoin, ALastRoundBeyondTheLimitIsRefusedAndChangesNothing) {
   ASSERT_TRUE(ApplyJoin(kT0, &s, Node("b"), s.options, s.forming_round).ok()) << "a re-Join still passes";
 }
 
+TEST(CheckJoin, NamesEachRefusalAndAcceptsAFittingJoin) {
+  RunState s = NewRun("r", Options(2, 3));
+  EXPECT_TRUE(CheckJoin(s, Node("a"), s.options, 0).ok());
+  absl::Status nnodes = CheckJoin(s, Node("a"), Options(1, 3), 0);
+  EXPECT_EQ(nnodes.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(nnodes.message().find("nnodes 2:3"), absl::string_view::npos) << nnodes;
+  EXPECT_EQ(CheckJoin(s, Node("a", 2, 3), s.options, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckJoin(s, Node("a"), s.options, -1).code(), absl::StatusCode::kInvalidArgument);
+  ApplyClose(kT0, &s, "done");
+  absl::Status closed = CheckJoin(s, Node("a"), s.options, 0);
+  EXPECT_EQ(closed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(closed.message().find("closed: done"), absl::string_view::npos) << closed;
+}
+
+TEST(ApplyJoin, AJoinerJoiningAgainIsRefreshedNotAddedTwice) {
+  RunState s = NewRun("r", Options(3, 3));
+  Join(&s, kT0, "a");
+  const int64_t version = s.version;
+  v1::NodeInfo moved = Node("a");
+  moved.set_host("elsewhere");
+  auto r = ApplyJoin(kT0 + absl::Seconds(1), &s, moved, s.options, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outcome, JoinResult::Outcome::kPending);
+  ASSERT_EQ(s.joiners.size(), 1u);
+  EXPECT_EQ(s.joiners[0].node.host(), "elsewhere");
+  EXPECT_EQ(s.joiners[0].last_heard, kT0 + absl::Seconds(1));
+  EXPECT_EQ(s.version, version);
+}
+
 TEST(AssignRanks, SurvivorsKeepRelativeOrderBeforeNewcomers) {
   std::vector<ParticipantState> previous(3);
   const char* old_order[] = {"z", "m", "b"};
