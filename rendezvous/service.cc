@@ -23,33 +23,31 @@
 
 namespace cpptorchrun::rdzv {
 
-// A call the service answers later. It deletes itself when gRPC is done
-// with it; every field below `service_` is guarded by the service's mu_.
-class RendezvousService::Held final : public grpc::ServerUnaryReactor {
+// A call the service answers later: the reactor, its record in the
+// registry of held calls (HeldCall) and, for a read, in its run's store
+// (StoreRead). It deletes itself when gRPC is done with it; every field
+// below `service_` is guarded by the service's mu_.
+class RendezvousService::Held final : public grpc::ServerUnaryReactor,
+                                      public HeldCall,
+                                      public StoreRead {
  public:
   enum class Kind { kJoin, kWatch, kRead };
   Held(RendezvousService* service, Kind kind, std::string run_id)
-      : service_(service), kind(kind), run_id(std::move(run_id)) {}
+      : HeldCall(std::move(run_id)), service_(service), kind(kind) {}
 
   void OnCancel() override { service_->Cancelled(this); }
   void OnDone() override { delete this; }
 
   RendezvousService* const service_;
   const Kind kind;
-  const std::string run_id;
-  bool held = false;
-  absl::Time deadline;
   // kJoin
   std::string node_id;
   v1::JoinResponse* join = nullptr;
   // kWatch (node_id too)
-  int64_t round = 0;
+  int64_t watch_round = 0;
   int64_t version = 0;
   v1::WatchResponse* watch = nullptr;
-  // kRead
-  int64_t scope_round = 0;
-  std::vector<std::string> keys;
-  std::string waiting_on;
+  // kRead (round, keys and waiting_on are StoreRead's)
   v1::GetResponse* get = nullptr;
   v1::MultiGetResponse* multi_get = nullptr;
 };
@@ -133,8 +131,8 @@ void RendezvousService::Shutdown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     timer_stop_ = true;
-    while (!deadlines_.empty()) {
-      Held* held = deadlines_.begin()->second;
+    while (HeldCall* call = held_.First()) {
+      Held* held = static_cast<Held*>(call);
       Release(held);
       finishes.emplace_back(held, ToGrpc(ShuttingDownError()));
     }
@@ -145,7 +143,7 @@ void RendezvousService::Shutdown() {
 
 int RendezvousService::HeldCalls() {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(deadlines_.size());
+  return held_.size();
 }
 
 bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
@@ -204,7 +202,7 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
     // cannot lock real jobs out for the idle timeout.
     Run* oldest = nullptr;
     for (auto& [id, run] : runs_) {
-      if (!run->formed && run->held_calls == 0 &&
+      if (!run->formed && held_.HeldFor(id) == 0 &&
           (oldest == nullptr || run->last_activity < oldest->last_activity)) {
         oldest = run.get();
       }
@@ -221,7 +219,7 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
         absl::StrCat("the server holds its limit of ", options_.limits.max_runs,
                      " runs (max_runs); run '", run_id, "' cannot be created"));
   }
-  auto run = std::make_unique<Run>();
+  auto run = std::make_unique<Run>(run_id, &options_.limits, &store_bytes_);
   run->state.run_id = run_id;
   run->last_activity = options_.clock->Now();
   if (per_client) {
@@ -233,22 +231,14 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   return raw;
 }
 
-absl::StatusOr<RendezvousService::ScopeRef> RendezvousService::FindScope(const v1::Scope& scope,
-                                                                          bool create) {
+absl::StatusOr<RendezvousService::Run*> RendezvousService::StoreRun(const v1::Scope& scope) {
   absl::StatusOr<Run*> run = FindOrCreateRun(scope.run_id());
   if (!run.ok()) return run.status();
-  int64_t current = (*run)->state.active_round;
-  if (scope.round() > 0 && current > 0 && scope.round() < current - 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", scope.round(), " of run '", scope.run_id(),
-                     "' is over and its keys were dropped; the current round is ", current));
+  if (absl::Status dropped = (*run)->store.CheckRound(scope.round(), (*run)->state.active_round);
+      !dropped.ok()) {
+    return dropped;
   }
-  auto it = (*run)->scopes.find(scope.round());
-  if (it == (*run)->scopes.end()) {
-    if (!create) return ScopeRef{*run, nullptr};
-    it = (*run)->scopes.emplace(scope.round(), Scope()).first;
-  }
-  return ScopeRef{*run, &it->second};
+  return *run;
 }
 
 void RendezvousService::RememberClosed(const std::string& run_id, const std::string& reason) {
@@ -262,16 +252,13 @@ void RendezvousService::RememberClosed(const std::string& run_id, const std::str
 
 void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status& status,
                                   Finishes* finishes) {
-  std::vector<Held*> doomed;
-  for (const auto& [time, held] : deadlines_) {
-    if (held->run_id == run_id) doomed.push_back(held);
-  }
-  for (Held* held : doomed) {
+  for (HeldCall* call : held_.OfRun(run_id)) {
+    Held* held = static_cast<Held*>(call);
     Release(held);
     finishes->emplace_back(held, status);
   }
+  // The run's store gives its bytes back to store_bytes_ as it goes.
   if (auto it = runs_.find(run_id); it != runs_.end()) {
-    store_bytes_ -= it->second->bytes;
     if (!it->second->creator.empty() && --runs_by_client_[it->second->creator] <= 0) {
       runs_by_client_.erase(it->second->creator);
     }
@@ -280,54 +267,28 @@ void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status&
   signer_.Forget(run_id);
 }
 
-void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
-  int64_t keep_from = run->state.active_round - 1;
-  for (auto it = run->scopes.begin(); it != run->scopes.end();) {
-    if (it->first == 0 || it->first >= keep_from) {
-      ++it;
-      continue;
-    }
-    std::vector<Held*> readers;
-    for (auto& [key, list] : it->second.waiting) {
-      readers.insert(readers.end(), list.begin(), list.end());
-    }
-    // Out of the scope's lists first: Release must not touch (or drop) the
-    // scope this loop is about to erase.
-    it->second.waiting.clear();
-    for (Held* held : readers) {
-      held->waiting_on.clear();
-      Release(held);
-      finishes->emplace_back(
-          held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                             absl::StrCat("round ", held->scope_round, " of run '", held->run_id,
-                                          "' is over and its keys were dropped")));
-    }
-    run->keys -= static_cast<int64_t>(it->second.data.size());
-    for (const auto& [key, value] : it->second.data) {
-      CountBytes(run, -static_cast<int64_t>(key.size() + value.size()));
-    }
-    it = run->scopes.erase(it);
+void RendezvousService::DropOldRounds(Run* run, Finishes* finishes) {
+  // The store hands its readers back no longer waiting in it, so Release
+  // does not touch the scopes it has just dropped.
+  for (StoreRead* read : run->store.DropRoundsBefore(run->state.active_round - 1)) {
+    Held* held = static_cast<Held*>(read);
+    Release(held);
+    finishes->emplace_back(
+        held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           absl::StrCat("round ", held->round, " of run '", held->run_id,
+                                        "' is over and its keys were dropped")));
   }
 }
 
 // --- held calls ----------------------------------------------------------------
 
-void RendezvousService::Hold(Held* held, absl::Time deadline) {
-  held->held = true;
-  held->deadline = deadline;
-  deadlines_.emplace(deadline, held);
-  auto run = runs_.find(held->run_id);
-  if (run != runs_.end()) ++run->second->held_calls;
-}
+void RendezvousService::Hold(Held* held, absl::Time deadline) { held_.Hold(held, deadline); }
 
 bool RendezvousService::Release(Held* held) {
-  if (!held->held) return false;
-  held->held = false;
-  deadlines_.erase({held->deadline, held});
+  if (!held_.Release(held)) return false;
   auto run_it = runs_.find(held->run_id);
   if (run_it == runs_.end()) return true;
   Run* run = run_it->second.get();
-  --run->held_calls;
   run->last_activity = options_.clock->Now();
   switch (held->kind) {
     case Held::Kind::kJoin: {
@@ -341,13 +302,9 @@ bool RendezvousService::Release(Held* held) {
     case Held::Kind::kWatch:
       run->watchers.erase(held);
       break;
-    case Held::Kind::kRead: {
-      if (held->waiting_on.empty()) break;
-      auto scope = run->scopes.find(held->scope_round);
-      if (scope != run->scopes.end()) StopWaiting(&scope->second, held);
-      DropIfEmpty(run, held->scope_round);
+    case Held::Kind::kRead:
+      run->store.StopReading(held);
       break;
-    }
   }
   return true;
 }
@@ -385,7 +342,7 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
 
 void RendezvousService::AnswerWatch(Run* run, Held* held, Finishes* finishes) {
   Release(held);
-  *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->round);
+  *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->watch_round);
   finishes->emplace_back(held, grpc::Status::OK);
 }
 
@@ -448,7 +405,7 @@ void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_o
     }
     for (Held* held : woken) AnswerWatch(run, held, finishes);
   }
-  DropOldScopes(run, finishes);
+  DropOldRounds(run, finishes);
 }
 
 void RendezvousService::Tick() {
@@ -459,7 +416,7 @@ void RendezvousService::Tick() {
     std::vector<std::string> expired_runs;
     std::vector<std::string> idle_runs;
     for (auto& [id, run] : runs_) {
-      if (run->held_calls == 0 && now - run->last_activity >= options_.idle_run_timeout) {
+      if (held_.HeldFor(id) == 0 && now - run->last_activity >= options_.idle_run_timeout) {
         idle_runs.push_back(id);
         continue;
       }
@@ -481,8 +438,8 @@ void RendezvousService::Tick() {
                    absl::FormatDuration(options_.idle_run_timeout));
       DeleteRun(id, grpc::Status(grpc::StatusCode::UNAVAILABLE, "run forgotten"), &finishes);
     }
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      Held* held = deadlines_.begin()->second;
+    while (HeldCall* due = held_.Due(now)) {
+      Held* held = static_cast<Held*>(due);
       Run* run = runs_.at(held->run_id).get();
       switch (held->kind) {
         case Held::Kind::kJoin:
@@ -830,7 +787,7 @@ grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* 
     }
     Held* held = new Held(this, Held::Kind::kWatch, request->run_id());
     held->node_id = request->node_id();
-    held->round = request->round();
+    held->watch_round = request->round();
     held->version = request->version();
     held->watch = response;
     absl::Duration wait = std::min(Millis(request->timeout_ms()), options_.limits.long_poll_bound);
@@ -946,43 +903,18 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
 
 // --- store ---------------------------------------------------------------------
 
-void RendezvousService::KeySet(Scope* scope, const std::string& key, Finishes* finishes) {
-  auto it = scope->waiting.find(key);
-  if (it == scope->waiting.end()) return;
-  std::vector<Held*> readers = std::move(it->second);
-  scope->waiting.erase(it);
-  for (Held* held : readers) {
-    held->waiting_on.clear();
-    TryAnswerRead(scope, held, finishes);
-  }
+void RendezvousService::AnswerReads(const ScopedStore::Answered& answered, Finishes* finishes) {
+  for (StoreRead* read : answered) AnswerRead(static_cast<Held*>(read), finishes);
 }
 
-void RendezvousService::StopWaiting(Scope* scope, Held* held) {
-  auto list = scope->waiting.find(held->waiting_on);
-  if (list != scope->waiting.end()) {
-    auto& v = list->second;
-    v.erase(std::remove(v.begin(), v.end(), held), v.end());
-    if (v.empty()) scope->waiting.erase(list);
-  }
-  held->waiting_on.clear();
-}
-
-bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finishes) {
-  for (const std::string& key : held->keys) {
-    if (!scope->data.contains(key)) {
-      held->waiting_on = key;
-      scope->waiting[key].push_back(held);
-      return false;
-    }
-  }
+void RendezvousService::AnswerRead(Held* held, Finishes* finishes) {
   if (held->held) Release(held);
   if (held->get != nullptr) {
-    held->get->set_value(scope->data.at(held->keys[0]));
+    held->get->set_value(held->values[0]);
   } else {
-    for (const std::string& key : held->keys) held->multi_get->add_values(scope->data.at(key));
+    for (const std::string& value : held->values) held->multi_get->add_values(value);
   }
   finishes->emplace_back(held, grpc::Status::OK);
-  return true;
 }
 
 bool RendezvousService::ProvesParticipant(const Run& run, const std::string& node_id, const std::string& proof) {
@@ -992,53 +924,6 @@ bool RendezvousService::ProvesParticipant(const Run& run, const std::string& nod
   if (!mine.has_value()) return false;
   mine->set_signature(proof);
   return signer_.Verify(run.state.run_id, node_id, *mine);
-}
-
-absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes) {
-  const Limits& l = options_.limits;
-  if (run.keys + fresh > l.max_keys_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.keys,
-                                                     " keys; the limit (max_keys_per_run) is ",
-                                                     l.max_keys_per_run));
-  }
-  if (more_bytes > 0 && run.bytes + more_bytes > l.max_store_bytes_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.bytes,
-                                                     " bytes of keys and values; the limit "
-                                                     "(max_store_bytes_per_run) is ",
-                                                     l.max_store_bytes_per_run));
-  }
-  if (more_bytes > 0 && store_bytes_ + more_bytes > l.max_store_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("the server's store holds ", store_bytes_,
-                                                     " bytes; its budget (max_store_bytes) is ",
-                                                     l.max_store_bytes));
-  }
-  return absl::OkStatus();
-}
-
-void RendezvousService::CountBytes(Run* run, int64_t delta) {
-  run->bytes += delta;
-  store_bytes_ += delta;
-}
-
-void RendezvousService::DropIfEmpty(Run* run, int64_t round) {
-  auto it = run->scopes.find(round);
-  if (it != run->scopes.end() && it->second.data.empty() && it->second.waiting.empty()) {
-    run->scopes.erase(it);
-  }
-}
-
-absl::Status RendezvousService::PutKey(const ScopeRef& at, const std::string& key,
-                                       std::string value, Finishes* finishes) {
-  auto old = at.scope->data.find(key);
-  const bool fresh = old == at.scope->data.end();
-  const int64_t delta = static_cast<int64_t>(value.size()) -
-                        (fresh ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(old->second.size()));
-  if (absl::Status room = RoomForKeys(*at.run, fresh ? 1 : 0, delta); !room.ok()) return room;
-  if (fresh) ++at.run->keys;
-  CountBytes(at.run, delta);
-  at.scope->data[key] = std::move(value);
-  KeySet(at.scope, key, finishes);
-  return absl::OkStatus();
 }
 
 absl::Time RendezvousService::ReadDeadline(int32_t timeout_ms) {
@@ -1061,35 +946,15 @@ grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContex
                                                       const v1::MultiSetRequest* request,
                                                       v1::MultiSetResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    // New keys, each counted once however often the request names it.
-    absl::flat_hash_set<absl::string_view> fresh;
-    for (const v1::KeyValue& kv : request->entries()) {
-      if (!at->scope->data.contains(kv.key())) fresh.insert(kv.key());
-    }
-    const int64_t added = static_cast<int64_t>(fresh.size());
-    // The bytes once the request is applied (the last value of a key wins).
-    absl::flat_hash_map<absl::string_view, const std::string*> last;
-    for (const v1::KeyValue& kv : request->entries()) last[kv.key()] = &kv.value();
-    int64_t delta = 0;
-    for (const auto& [key, value] : last) {
-      auto old = at->scope->data.find(key);
-      delta += static_cast<int64_t>(value->size()) -
-               (old == at->scope->data.end() ? -static_cast<int64_t>(key.size())
-                                             : static_cast<int64_t>(old->second.size()));
-    }
-    if (absl::Status room = RoomForKeys(*at->run, added, delta); !room.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return room;
-    }
-    at->run->keys += added;
-    CountBytes(at->run, delta);
-    for (const v1::KeyValue& kv : request->entries()) {
-      at->scope->data[kv.key()] = kv.value();
-      KeySet(at->scope, kv.key(), finishes);
-    }
-    return absl::OkStatus();
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    ScopedStore::Entries entries;
+    entries.reserve(request->entries_size());
+    for (const v1::KeyValue& kv : request->entries()) entries.emplace_back(kv.key(), kv.value());
+    ScopedStore::Answered answered;
+    absl::Status set = (*run)->store.Set(request->scope().round(), entries, &answered);
+    AnswerReads(answered, finishes);
+    return set;
   });
 }
 
@@ -1103,22 +968,20 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
     if (!waits && !runs_.contains(request->scope().run_id())) {
       return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
     }
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), waits);
-    if (!at.ok()) return at.status();
-    if (at->scope != nullptr) {
-      if (auto it = at->scope->data.find(request->key()); it != at->scope->data.end()) {
-        response->set_value(it->second);
-        return nullptr;
-      }
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    if (const std::string* value = (*run)->store.Find(request->scope().round(), request->key())) {
+      response->set_value(*value);
+      return nullptr;
     }
     if (!waits) return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
     if (shutting_down_) return ShuttingDownError();
     Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->scope_round = request->scope().round();
+    held->round = request->scope().round();
     held->keys = {request->key()};
     held->get = response;
     Hold(held, ReadDeadline(request->timeout_ms()));
-    TryAnswerRead(at->scope, held, finishes);
+    if ((*run)->store.Read(held)) AnswerRead(held, finishes);
     return held;
   });
 }
@@ -1132,20 +995,22 @@ grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContex
     if (request->timeout_ms() <= 0 && !runs_.contains(request->scope().run_id())) {
       return absl::NotFoundError(absl::StrCat("key '", request->keys(0), "' is not set"));
     }
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
     if (shutting_down_) return ShuttingDownError();
     Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->scope_round = request->scope().round();
+    held->round = request->scope().round();
     held->keys.assign(request->keys().begin(), request->keys().end());
     held->multi_get = response;
-    if (TryAnswerRead(at->scope, held, finishes)) return held;
+    if ((*run)->store.Read(held)) {
+      AnswerRead(held, finishes);
+      return held;
+    }
     if (request->timeout_ms() <= 0) {
       absl::Status missing =
           absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
-      StopWaiting(at->scope, held);
+      (*run)->store.StopReading(held);
       delete held;
-      DropIfEmpty(at->run, request->scope().round());
       return missing;
     }
     Hold(held, ReadDeadline(request->timeout_ms()));
@@ -1157,26 +1022,14 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
                                                  const v1::AddRequest* request,
                                                  v1::AddResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    auto it = at->scope->data.find(request->key());
-    bool present = it != at->scope->data.end();
-    int64_t value = 0;
-    if (present && !absl::SimpleAtoi(it->second, &value)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
-    }
-    if ((request->delta() > 0 && value > std::numeric_limits<int64_t>::max() - request->delta()) ||
-        (request->delta() < 0 && value < std::numeric_limits<int64_t>::min() - request->delta())) {
-      return absl::OutOfRangeError(absl::StrCat("Add: key '", request->key(), "' holds ", value,
-                                                "; adding ", request->delta(), " would overflow int64"));
-    }
-    value += request->delta();
-    if (absl::Status put = PutKey(*at, request->key(), absl::StrCat(value), finishes); !put.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return put;
-    }
-    response->set_value(value);
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    ScopedStore::Answered answered;
+    absl::StatusOr<int64_t> value =
+        (*run)->store.Add(request->scope().round(), request->key(), request->delta(), &answered);
+    AnswerReads(answered, finishes);
+    if (!value.ok()) return value.status();
+    response->set_value(*value);
     return absl::OkStatus();
   });
 }
@@ -1185,24 +1038,17 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
                                                         const v1::CompareSetRequest* request,
                                                         v1::CompareSetResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    auto it = at->scope->data.find(request->key());
-    bool present = it != at->scope->data.end();
-    bool match =
-        request->expect_absent() ? !present : (present && it->second == request->expected());
-    if (!match) {
-      response->set_swapped(false);
-      if (present) response->set_value(it->second);
-      DropIfEmpty(at->run, request->scope().round());
-      return absl::OkStatus();
-    }
-    if (absl::Status put = PutKey(*at, request->key(), request->desired(), finishes); !put.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return put;
-    }
-    response->set_swapped(true);
-    response->set_value(request->desired());
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    std::optional<std::string> expected;
+    if (!request->expect_absent()) expected = request->expected();
+    ScopedStore::Answered answered;
+    absl::StatusOr<ScopedStore::Swap> swap = (*run)->store.CompareSet(
+        request->scope().round(), request->key(), expected, request->desired(), &answered);
+    AnswerReads(answered, finishes);
+    if (!swap.ok()) return swap.status();
+    response->set_swapped(swap->swapped);
+    if (swap->value.has_value()) response->set_value(*swap->value);
     return absl::OkStatus();
   });
 }
@@ -1211,20 +1057,9 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
   return Serve(ctx, *request, [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), false);
-    if (!at.ok()) return at.status();
-    bool deleted = false;
-    if (at->scope != nullptr) {
-      auto it = at->scope->data.find(request->key());
-      if (it != at->scope->data.end()) {
-        CountBytes(at->run, -static_cast<int64_t>(it->first.size() + it->second.size()));
-        at->scope->data.erase(it);
-        --at->run->keys;
-        deleted = true;
-        DropIfEmpty(at->run, request->scope().round());
-      }
-    }
-    response->set_deleted(deleted);
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    response->set_deleted((*run)->store.Delete(request->scope().round(), request->key()));
     return absl::OkStatus();
   });
 }
