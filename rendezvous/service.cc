@@ -1,24 +1,19 @@
 // The rendezvous gRPC service (see service.h).
 #include "rendezvous/service.h"
 
-#include "base/printable.h"
-
 #include <algorithm>
-#include <limits>
-#include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
-#include <openssl/crypto.h>
+#include "base/printable.h"
+#include "rendezvous/request_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::rdzv {
@@ -60,16 +55,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-// Compares in time that depends only on the length of `expected`.
-bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
-
 absl::Duration Millis(int32_t ms) { return absl::Milliseconds(std::max<int32_t>(ms, 0)); }
 
 // A run's versions start from the clock, so that a run re-created after a
@@ -80,25 +65,9 @@ absl::Status ShuttingDownError() {
   return absl::UnavailableError("rendezvous server shutting down");
 }
 
-// "ipv4:1.2.3.4:5678" -> "1.2.3.4", "ipv6:[::1]:5678" -> "::1"; else "".
-std::string PeerHost(const std::string& peer) {
-  absl::string_view p = peer;
-  if (!absl::ConsumePrefix(&p, "ipv4:") && !absl::ConsumePrefix(&p, "ipv6:")) return "";
-  if (absl::ConsumePrefix(&p, "[")) {
-    const size_t close = p.find(']');
-    return close == absl::string_view::npos ? "" : std::string(p.substr(0, close));
-  }
-  const size_t colon = p.rfind(':');
-  return std::string(colon == absl::string_view::npos ? p : p.substr(0, colon));
-}
-
 absl::Status UnknownRunError(const std::string& run_id) {
   return absl::NotFoundError(absl::StrCat("run '", run_id, "' is unknown to this server"));
 }
-
-}  // namespace
-
-namespace {
 
 SigningKey ChooseSigningKey(const ServiceOptions& options) {
   if (options.signing_key.has_value()) return *options.signing_key;
@@ -151,8 +120,7 @@ bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
   const auto& metadata = ctx->client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) return false;
-  absl::string_view given(it->second.data(), it->second.size());
-  return ConstantTimeEquals(given, "Bearer " + options_.token);
+  return BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), options_.token);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
@@ -464,95 +432,6 @@ void RendezvousService::Tick() {
 
 // --- answering a call ----------------------------------------------------------
 
-namespace {
-
-// The first error among `statuses`, in order; OK when there is none. Every
-// check is a pure function of the request, so evaluating all of them
-// answers the same as stopping at the first failure.
-absl::Status FirstError(std::initializer_list<absl::Status> statuses) {
-  for (const absl::Status& status : statuses) {
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBatchSize(int size, absl::string_view what, const Limits& limits) {
-  if (size <= limits.max_keys_per_call) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(size, " ", what,
-                                                 " in one call; the limit (max_keys_per_call) is ",
-                                                 limits.max_keys_per_call));
-}
-
-// The checks of each request that need no state: InvalidArgument (or
-// ResourceExhausted for a value) naming what was wrong.
-absl::Status Check(const v1::JoinRequest& r, const Limits& l) {
-  if (r.node_secret().size() > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_secret of ", r.node_secret().size(), " bytes; the limit is 256"));
-  }
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
-}
-absl::Status Check(const v1::KeepAliveRequest& r, const Limits& l) {
-  if (r.progress_size() > l.max_local_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(r.progress_size(), " progress rows; the limit (max_local_world_size) is ",
-                                                   l.max_local_world_size));
-  }
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l)});
-}
-absl::Status Check(const v1::WatchRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
-}
-absl::Status Check(const v1::LeaveRequest& r, const Limits& l) {
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
-}
-absl::Status Check(const v1::CloseRequest& r, const Limits& l) {
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
-}
-absl::Status Check(const v1::RunStatusRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
-}
-absl::Status Check(const v1::GetRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::AddRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::DeleteRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::CompareSetRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l),
-                     ValidateValue(r.key(), r.desired(), l)});
-}
-absl::Status Check(const v1::MultiSetRequest& r, const Limits& l) {
-  if (absl::Status s = FirstError({ValidateScope(r.scope(), l),
-                                   CheckBatchSize(r.entries_size(), "entries", l)});
-      !s.ok()) {
-    return s;
-  }
-  for (const v1::KeyValue& kv : r.entries()) {
-    if (absl::Status s =
-            FirstError({ValidateKey(kv.key(), l), ValidateValue(kv.key(), kv.value(), l)});
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-absl::Status Check(const v1::MultiGetRequest& r, const Limits& l) {
-  if (absl::Status s =
-          FirstError({ValidateScope(r.scope(), l), CheckBatchSize(r.keys_size(), "keys", l)});
-      !s.ok()) {
-    return s;
-  }
-  for (const std::string& key : r.keys()) {
-    if (absl::Status s = ValidateKey(key, l); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
                                                     const absl::StatusOr<Held*>& result) {
   if (result.ok() && *result != nullptr) return *result;
@@ -563,7 +442,7 @@ template <typename Request, typename Body>
 grpc::ServerUnaryReactor* RendezvousService::Serve(grpc::CallbackServerContext* ctx,
                                                    const Request& request, Body body) {
   if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = Check(request, options_.limits); !s.ok()) return Answer(ctx, s);
+  if (absl::Status s = CheckRequest(request, options_.limits); !s.ok()) return Answer(ctx, s);
   Finishes finishes;
   const std::string peer = ctx->peer();
   std::string caller = options_.peer_address ? options_.peer_address(peer) : std::string();
@@ -593,10 +472,7 @@ absl::Status RendezvousService::CheckNodeSecret(Run* run, const std::string& nod
                                                 const std::string& secret) {
   auto known = run->node_secrets.find(node_id);
   if (known != run->node_secrets.end()) {
-    if (known->second.size() == secret.size() &&
-        CRYPTO_memcmp(known->second.data(), secret.data(), secret.size()) == 0) {
-      return absl::OkStatus();
-    }
+    if (ConstantTimeEquals(secret, known->second)) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat(
         "run '", run->state.run_id, "': node '", node_id,
         "' joined this run with another node_secret; a Join in its name must carry the same one"));
