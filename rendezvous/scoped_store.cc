@@ -133,13 +133,9 @@ absl::StatusOr<ScopedStore::Swap> ScopedStore::CompareSet(int64_t round, const s
   const std::string* current = Find(round, key);
   const bool match = expected.has_value() ? current != nullptr && *current == *expected
                                           : current == nullptr;
-  if (!match) {
-    Swap kept;
-    if (current != nullptr) kept.value = *current;
-    return kept;
-  }
+  if (!match) return Swap{false, current != nullptr, current != nullptr ? *current : std::string()};
   if (absl::Status set = Set(round, {{key, desired}}, answered); !set.ok()) return set;
-  return Swap{true, desired};
+  return Swap{true, true, desired};
 }
 
 bool ScopedStore::Delete(int64_t round, absl::string_view key) {

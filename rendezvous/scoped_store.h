@@ -74,8 +74,9 @@ class ScopedStore {
 
   struct Swap {
     bool swapped = false;
-    // The value afterwards; nullopt when the key is absent.
-    std::optional<std::string> value;
+    // Whether the key is present afterwards, and its value then.
+    bool present = false;
+    std::string value;
   };
   // Stores `desired` when the value is `expected` (nullopt: when the key is
   // absent). Errors as Set.

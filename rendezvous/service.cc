@@ -924,7 +924,7 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
     AnswerReads(answered, finishes);
     if (!swap.ok()) return swap.status();
     response->set_swapped(swap->swapped);
-    if (swap->value.has_value()) response->set_value(*swap->value);
+    if (swap->present) response->set_value(swap->value);
     return absl::OkStatus();
   });
 }
