@@ -65,6 +65,10 @@ absl::Status ShuttingDownError() {
   return absl::UnavailableError("rendezvous server shutting down");
 }
 
+absl::Status NotSetError(absl::string_view key) {
+  return absl::NotFoundError(absl::StrCat("key '", key, "' is not set"));
+}
+
 absl::Status UnknownRunError(const std::string& run_id) {
   return absl::NotFoundError(absl::StrCat("run '", run_id, "' is unknown to this server"));
 }
@@ -779,6 +783,14 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
 
 // --- store ---------------------------------------------------------------------
 
+RendezvousService::Held* RendezvousService::NewRead(const v1::Scope& scope,
+                                                    std::vector<std::string> keys) {
+  Held* held = new Held(this, Held::Kind::kRead, scope.run_id());
+  held->round = scope.round();
+  held->keys = std::move(keys);
+  return held;
+}
+
 void RendezvousService::AnswerReads(const ScopedStore::Answered& answered, Finishes* finishes) {
   for (StoreRead* read : answered) AnswerRead(static_cast<Held*>(read), finishes);
 }
@@ -842,7 +854,7 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
     // A read that will not wait creates nothing (no run, no scope).
     const bool waits = request->timeout_ms() > 0;
     if (!waits && !runs_.contains(request->scope().run_id())) {
-      return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+      return NotSetError(request->key());
     }
     absl::StatusOr<Run*> run = StoreRun(request->scope());
     if (!run.ok()) return run.status();
@@ -850,11 +862,9 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
       response->set_value(*value);
       return nullptr;
     }
-    if (!waits) return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+    if (!waits) return NotSetError(request->key());
     if (shutting_down_) return ShuttingDownError();
-    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->round = request->scope().round();
-    held->keys = {request->key()};
+    Held* held = NewRead(request->scope(), {request->key()});
     held->get = response;
     Hold(held, ReadDeadline(request->timeout_ms()));
     if ((*run)->store.Read(held)) AnswerRead(held, finishes);
@@ -869,22 +879,19 @@ grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContex
                [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
     if (request->keys_size() == 0) return nullptr;
     if (request->timeout_ms() <= 0 && !runs_.contains(request->scope().run_id())) {
-      return absl::NotFoundError(absl::StrCat("key '", request->keys(0), "' is not set"));
+      return NotSetError(request->keys(0));
     }
     absl::StatusOr<Run*> run = StoreRun(request->scope());
     if (!run.ok()) return run.status();
     if (shutting_down_) return ShuttingDownError();
-    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->round = request->scope().round();
-    held->keys.assign(request->keys().begin(), request->keys().end());
+    Held* held = NewRead(request->scope(), {request->keys().begin(), request->keys().end()});
     held->multi_get = response;
     if ((*run)->store.Read(held)) {
       AnswerRead(held, finishes);
       return held;
     }
     if (request->timeout_ms() <= 0) {
-      absl::Status missing =
-          absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
+      absl::Status missing = NotSetError(held->waiting_on);
       (*run)->store.StopReading(held);
       delete held;
       return missing;

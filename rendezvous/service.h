@@ -189,6 +189,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void AnswerJoin(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers a held Watch with the run's current event.
   void AnswerWatch(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A read of `keys` in `scope`, not held yet (Get and MultiGet fill in
+  // their response).
+  Held* NewRead(const v1::Scope& scope, std::vector<std::string> keys);
   // Answers reads the store completed (their values are filled in).
   void AnswerReads(const ScopedStore::Answered& answered, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
