@@ -715,6 +715,22 @@ bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& req
   return true;
 }
 
+absl::StatusOr<bool> MayReRegister(const std::string& run_id, const v1::Assignment& a,
+                                   const RunState* known, int64_t unsigned_round, bool issued,
+                                   bool durable_key) {
+  if (a.round() <= 0 || a.participants_size() == 0) return false;
+  if (issued) return true;
+  if (known != nullptr && unsigned_round != 0 && a.round() == unsigned_round) return true;
+  if (known != nullptr && a.round() <= known->active_round) return false;
+  if (durable_key || (known != nullptr && known->active_round != 0)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "run '", run_id, "': the keep-alive's assignment for round ", a.round(),
+        " was not issued by this server (its signature does not verify); rounds change only "
+        "through Join"));
+  }
+  return true;
+}
+
 absl::Status ValidateAssignment(const v1::Assignment& a, const std::string& node_id,
                                 const RoundOptions& options) {
   auto bad = [](const std::string& why) {

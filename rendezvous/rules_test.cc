@@ -570,6 +570,40 @@ TEST(ValidateAssignment, OnlyRoundsTheRulesCouldHaveFormed) {
             }).find("overflows"), std::string::npos);
 }
 
+TEST(MayReRegister, OnlyAnIssuedOrUncheckableAssignmentChangesTheRound) {
+  RunState s = NewRun("r", Options(1, 2));
+  Join(&s, kT0, "a");
+  Join(&s, kT0, "b");
+  ASSERT_EQ(s.active_round, 1);
+  v1::Assignment current = *AssignmentFor(s, "a");
+  v1::Assignment newer = current;
+  newer.set_round(5);
+  auto may = [](const v1::Assignment& a, const RunState* known, int64_t unsigned_round,
+                bool issued, bool durable) {
+    return MayReRegister("r", a, known, unsigned_round, issued, durable);
+  };
+  // An issued assignment may, known run or not.
+  EXPECT_TRUE(*may(newer, &s, 0, true, true));
+  EXPECT_TRUE(*may(newer, nullptr, 0, true, true));
+  // No round carried: liveness only.
+  EXPECT_FALSE(*may(v1::Assignment(), nullptr, 0, true, false));
+  // Unsigned, not above the active round: liveness only.
+  EXPECT_FALSE(*may(current, &s, 0, false, true));
+  // Unsigned and newer while a round is active, or under a durable key:
+  // refused, naming the rule.
+  absl::StatusOr<bool> forged = may(newer, &s, 0, false, false);
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(forged.status().message().find("rounds change only through Join"), std::string::npos);
+  EXPECT_EQ(may(newer, nullptr, 0, false, true).status().code(), absl::StatusCode::kPermissionDenied);
+  // A server with a key that is not durable cannot check: an unknown run,
+  // or one with no active round, takes it; and the round it took so stays
+  // trusted.
+  EXPECT_TRUE(*may(newer, nullptr, 0, false, false));
+  RunState forming = NewRun("r", Options(1, 2));
+  EXPECT_TRUE(*may(newer, &forming, 0, false, false));
+  EXPECT_TRUE(*may(newer, &s, 5, false, true));
+}
+
 TEST(ReRegister, AFormingRoundFromAJoinIsRenumberedAboveIt) {
   RunState old = ActiveRun(1, 3, {"a", "b"});
   for (int i = 0; i < 4; ++i) {  // reach round 5

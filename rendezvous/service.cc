@@ -576,12 +576,12 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     const v1::Assignment& assignment = request->assignment();
     auto existing = runs_.find(request->run_id());
     Run* known = existing == runs_.end() ? nullptr : existing->second.get();
-    bool can_register = assignment.round() > 0 && assignment.participants_size() > 0;
+    const bool carries_round = assignment.round() > 0 && assignment.participants_size() > 0;
     if (known == nullptr && closed_.contains(request->run_id())) {
       *response->mutable_event() = ClosedEvent(request->run_id());
       return absl::OkStatus();
     }
-    if (known == nullptr && !can_register) {
+    if (known == nullptr && !carries_round) {
       return absl::NotFoundError(absl::StrCat(
           "run '", request->run_id(),
           "' is unknown to this server (restarted?) and the keep-alive carries no assignment"));
@@ -589,19 +589,11 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     // Only an assignment this server issued may change a round (a forged
     // one would hand a live job other ranks or another MASTER_ADDR).
     const bool issued = signer_.Verify(request->run_id(), request->node_id(), assignment);
-    const bool has_active = known != nullptr && known->state.active_round != 0;
-    const bool unsigned_round = known != nullptr && known->unsigned_round != 0 &&
-                                assignment.round() == known->unsigned_round;
-    if (can_register && !issued && !unsigned_round) {
-      if (known != nullptr && assignment.round() <= known->state.active_round) {
-        can_register = false;  // changes nothing; only liveness is at stake
-      } else if (signer_.durable() || has_active) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "run '", request->run_id(), "': the keep-alive's assignment for round ", assignment.round(),
-            " was not issued by this server (its signature does not verify); rounds change only "
-            "through Join"));
-      }
-    }
+    absl::StatusOr<bool> may_register =
+        MayReRegister(request->run_id(), assignment, known == nullptr ? nullptr : &known->state,
+                      known == nullptr ? 0 : known->unsigned_round, issued, signer_.durable());
+    if (!may_register.ok()) return may_register.status();
+    const bool can_register = *may_register;
     // Without a verifiable signature (a restarted server with a key that is
     // not durable), the round it would re-create must still be one the
     // rules could have formed.
