@@ -1,5 +1,6 @@
 // Fuzz target: rendezvous requests as a client could send them, through the
-// service's stateless checks and the round rules. The first byte picks the
+// service's stateless checks (request_checks.h), the round rules and a
+// run's store (scoped_store.h). The first byte picks the
 // message (Join, KeepAlive, Leave, Watch, store calls), the rest is its wire
 // encoding; the rules' state carries over between inputs (reset when it
 // grows), so sequences of calls are explored too.
@@ -10,7 +11,9 @@
 #include "absl/time/time.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/request_checks.h"
 #include "rendezvous/rules.h"
+#include "rendezvous/scoped_store.h"
 
 namespace cpptorchrun::rdzv {
 namespace {
@@ -21,20 +24,27 @@ Limits FuzzLimits() {
   return l;
 }
 
+const Limits& TheLimits() {
+  static const Limits limits = FuzzLimits();
+  return limits;
+}
+
 struct World {
   RunState state = NewRun("fuzz", RoundOptions{.min_nodes = 1, .max_nodes = 4});
   absl::Time now = absl::FromUnixSeconds(1700000000);
   int calls = 0;
+  int64_t store_bytes = 0;
+  ScopedStore store{"fuzz", &TheLimits(), &store_bytes};
 };
 
 void Step(World& w, uint8_t kind, const uint8_t* data, size_t size) {
-  static const Limits limits = FuzzLimits();
+  const Limits& limits = TheLimits();
   w.now += absl::Milliseconds(kind % 7 * 300);
   switch (kind % 6) {
     case 0: {
       v1::JoinRequest r;
       if (!r.ParseFromArray(data, static_cast<int>(size))) return;
-      if (!ValidateRunId(r.run_id(), limits).ok() || !ValidateNodeInfo(r.node(), limits).ok()) return;
+      if (!CheckRequest(r, limits).ok()) return;
       auto options = RoundOptionsFromProto(r.options(), limits.max_nodes_per_run);
       if (!options.ok()) return;
       (void)ApplyJoin(w.now, &w.state, r.node(), *options, r.last_round());
@@ -44,8 +54,7 @@ void Step(World& w, uint8_t kind, const uint8_t* data, size_t size) {
     case 1: {
       v1::KeepAliveRequest r;
       if (!r.ParseFromArray(data, static_cast<int>(size))) return;
-      if (!ValidateNodeId(r.node_id(), limits).ok()) return;
-      if (r.progress_size() > limits.max_local_world_size) return;
+      if (!CheckRequest(r, limits).ok()) return;
       // A round the rules could have formed may be re-registered.
       if (ValidateAssignment(r.assignment(), r.node_id(), w.state.options).ok()) {
         ReRegister(w.now, &w.state, r);
@@ -56,7 +65,7 @@ void Step(World& w, uint8_t kind, const uint8_t* data, size_t size) {
     case 2: {
       v1::LeaveRequest r;
       if (!r.ParseFromArray(data, static_cast<int>(size))) return;
-      if (!ValidateReason(r.reason(), limits).ok()) return;
+      if (!CheckRequest(r, limits).ok()) return;
       ApplyLeave(w.now, &w.state, r.node_id(), r.reason());
       break;
     }
@@ -71,11 +80,18 @@ void Step(World& w, uint8_t kind, const uint8_t* data, size_t size) {
     case 4: {
       v1::MultiSetRequest r;
       if (!r.ParseFromArray(data, static_cast<int>(size))) return;
-      (void)ValidateScope(r.scope(), limits);
-      for (const auto& kv : r.entries()) {
-        (void)ValidateKey(kv.key(), limits);
-        (void)ValidateValue(kv.key(), kv.value(), limits);
+      if (!CheckRequest(r, limits).ok()) return;
+      // The store of the run's rounds, as the service keeps it: writes,
+      // reads that wait, and rounds dropped as the rules move on.
+      ScopedStore::Entries entries;
+      for (const auto& kv : r.entries()) entries.emplace_back(kv.key(), kv.value());
+      ScopedStore::Answered answered;
+      (void)w.store.Set(r.scope().round(), entries, &answered);
+      if (!entries.empty()) {
+        StoreRead read{.round = r.scope().round(), .keys = {std::string(entries[0].first)}};
+        if (!w.store.Read(&read)) w.store.StopReading(&read);
       }
+      (void)w.store.DropRoundsBefore(w.state.active_round - 1);
       break;
     }
     case 5:

@@ -464,28 +464,99 @@ void EndRound(absl::Time now, RunState* state, const std::string& reason) {
   ++state->version;
 }
 
-absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
-                                     const RoundOptions& options, int64_t last_round) {
-  if (state->closed) {
+absl::Status CheckJoin(const RunState& state, const v1::NodeInfo& node, const RoundOptions& options,
+                       int64_t last_round) {
+  if (state.closed) {
     return absl::FailedPreconditionError(
-        absl::StrCat("run '", state->run_id, "' is closed: ", state->closed_reason));
+        absl::StrCat("run '", state.run_id, "' is closed: ", state.closed_reason));
   }
-  if (options.min_nodes != state->options.min_nodes ||
-      options.max_nodes != state->options.max_nodes) {
+  if (options.min_nodes != state.options.min_nodes ||
+      options.max_nodes != state.options.max_nodes) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "run '", state->run_id, "' has nnodes ", state->options.min_nodes, ":",
-        state->options.max_nodes, " but node '", node.node_id(), "' asks for ", options.min_nodes,
+        "run '", state.run_id, "' has nnodes ", state.options.min_nodes, ":",
+        state.options.max_nodes, " but node '", node.node_id(), "' asks for ", options.min_nodes,
         ":", options.max_nodes));
   }
-  if (node.static_node_rank() >= state->options.max_nodes) {
+  if (node.static_node_rank() >= state.options.max_nodes) {
     return absl::InvalidArgumentError(absl::StrCat("node rank ", node.static_node_rank(),
                                                    " of node '", node.node_id(),
                                                    "' is not below max_nodes ",
-                                                   state->options.max_nodes));
+                                                   state.options.max_nodes));
   }
   if (last_round < 0 || last_round > kMaxLastRound) {
     return absl::InvalidArgumentError(absl::StrCat("last_round ", last_round, " of node '", node.node_id(),
                                                    "' is outside 0..", kMaxLastRound));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Places a node that is neither a joiner nor a spare: as a spare (true)
+// when the standing round keeps running or the forming one is full, else
+// as a joiner of the forming round (false). FailedPrecondition when its
+// static rank is taken.
+absl::StatusOr<bool> SeatNewcomer(absl::Time now, RunState* state, const v1::NodeInfo& node) {
+  if (node.static_node_rank() >= 0) {
+    for (const Joiner& j : state->joiners) {
+      if (j.node.static_node_rank() == node.static_node_rank()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node rank ", node.static_node_rank(), " is already taken by node '",
+            j.node.node_id(), "' in run '", state->run_id, "'"));
+      }
+    }
+  }
+  bool spare = false;
+  if (StandingRound(*state)) {
+    if (NewcomerEndsRound(*state)) {
+      EndRound(now, state,
+               absl::StrCat("node '", node.node_id(), "' waits to join; round ",
+                            state->active_round, " has ", state->participants.size(),
+                            " of max_nodes ", state->options.max_nodes));
+    } else {
+      spare = true;
+    }
+  }
+  if (!spare) {
+    EnsureForming(state);
+    spare = static_cast<int>(state->joiners.size()) >= state->options.max_nodes;
+  }
+  if (spare) {
+    state->spares.push_back(Joiner{node, now, now, false});
+  } else {
+    state->joiner_index[node.node_id()] = state->joiners.size();
+    state->joiners.push_back(Joiner{node, now, now, false});
+  }
+  ++state->version;
+  return spare;
+}
+
+// Refreshes a node already waiting (joiner or spare) with its new details;
+// false when it is not waiting.
+bool RefreshWaiting(absl::Time now, RunState* state, const v1::NodeInfo& node, bool* spare) {
+  const std::string& id = node.node_id();
+  Joiner* found = nullptr;
+  if (auto joiner = state->joiner_index.find(id); joiner != state->joiner_index.end()) {
+    found = &state->joiners[joiner->second];
+    *spare = false;
+  } else {
+    auto it = std::find_if(state->spares.begin(), state->spares.end(),
+                           [&](const Joiner& s) { return s.node.node_id() == id; });
+    if (it == state->spares.end()) return false;
+    found = &*it;
+    *spare = true;
+  }
+  found->last_heard = now;
+  found->node = node;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
+                                     const RoundOptions& options, int64_t last_round) {
+  if (absl::Status refused = CheckJoin(*state, node, options, last_round); !refused.ok()) {
+    return refused;
   }
   state->highest_round = std::max(state->highest_round, std::min(last_round, kMaxRound - 1));
   const std::string& id = node.node_id();
@@ -501,52 +572,15 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
     EndRound(now, state, absl::StrCat("node '", id, "' re-joined"));
   }
 
-  auto joiner = state->joiner_index.find(id);
-  if (joiner != state->joiner_index.end()) {
-    Joiner& j = state->joiners[joiner->second];
-    j.last_heard = now;
-    j.node = node;
-  } else {
-    auto spare = std::find_if(state->spares.begin(), state->spares.end(),
-                              [&](const Joiner& s) { return s.node.node_id() == id; });
-    if (spare != state->spares.end()) {
-      spare->last_heard = now;
-      spare->node = node;
-      result.outcome = JoinResult::Outcome::kSpare;
-      return result;
-    }
-    if (node.static_node_rank() >= 0) {
-      for (const Joiner& j : state->joiners) {
-        if (j.node.static_node_rank() == node.static_node_rank()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "node rank ", node.static_node_rank(), " is already taken by node '",
-              j.node.node_id(), "' in run '", state->run_id, "'"));
-        }
-      }
-    }
-    if (StandingRound(*state)) {
-      if (NewcomerEndsRound(*state)) {
-        EndRound(now, state,
-                 absl::StrCat("node '", id, "' waits to join; round ", state->active_round,
-                              " has ", state->participants.size(), " of max_nodes ",
-                              state->options.max_nodes));
-      } else {
-        state->spares.push_back(Joiner{node, now, now, false});
-        ++state->version;
-        result.outcome = JoinResult::Outcome::kSpare;
-        return result;
-      }
-    }
-    EnsureForming(state);
-    if (static_cast<int>(state->joiners.size()) >= state->options.max_nodes) {
-      state->spares.push_back(Joiner{node, now, now, false});
-      ++state->version;
-      result.outcome = JoinResult::Outcome::kSpare;
-      return result;
-    }
-    state->joiner_index[id] = state->joiners.size();
-    state->joiners.push_back(Joiner{node, now, now, false});
-    ++state->version;
+  bool spare = false;
+  if (!RefreshWaiting(now, state, node, &spare)) {
+    absl::StatusOr<bool> seated = SeatNewcomer(now, state, node);
+    if (!seated.ok()) return seated.status();
+    spare = *seated;
+  }
+  if (spare) {
+    result.outcome = JoinResult::Outcome::kSpare;
+    return result;
   }
   UpdateMinReached(now, state);
   std::string reason;
@@ -678,6 +712,22 @@ bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& req
                                      " was being re-registered after a server restart");
   }
   ++state->version;
+  return true;
+}
+
+absl::StatusOr<bool> MayReRegister(const std::string& run_id, const v1::Assignment& a,
+                                   const RunState* known, int64_t unsigned_round, bool issued,
+                                   bool durable_key) {
+  if (a.round() <= 0 || a.participants_size() == 0) return false;
+  if (issued) return true;
+  if (known != nullptr && unsigned_round != 0 && a.round() == unsigned_round) return true;
+  if (known != nullptr && a.round() <= known->active_round) return false;
+  if (durable_key || (known != nullptr && known->active_round != 0)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "run '", run_id, "': the keep-alive's assignment for round ", a.round(),
+        " was not issued by this server (its signature does not verify); rounds change only "
+        "through Join"));
+  }
   return true;
 }
 

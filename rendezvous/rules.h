@@ -192,6 +192,12 @@ struct JoinResult {
   bool round_completed = false;
 };
 
+// Why a Join of `node` (asking for `options`, last in `last_round`) is
+// refused before it changes anything; OK when it is not. The errors are
+// ApplyJoin's, but for a taken static rank (which depends on the joiners).
+absl::Status CheckJoin(const RunState& state, const v1::NodeInfo& node, const RoundOptions& options,
+                       int64_t last_round);
+
 // A Join of `node` who last took part in `last_round`. Errors:
 // FailedPrecondition when the run is closed, the node's nnodes disagree with
 // the run's, or its static rank is taken; InvalidArgument for a static rank
@@ -229,6 +235,21 @@ v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAlive
 // from a Join). Every participant is treated as alive from `now`. Returns
 // false (no change) when the state already knows this round or a later one.
 bool ReRegister(absl::Time now, RunState* state, const v1::KeepAliveRequest& request);
+
+// Whether a keep-alive carrying assignment `a` for `run_id` may re-create
+// (ReRegister) its round, from what the server knows: `known`, the run's
+// state (null: the run is unknown); `unsigned_round`, a round it re-created
+// unverified earlier (0: none); `issued`, whether `a`'s signature verifies
+// under the server's key; `durable_key`, whether that key outlives a
+// restart. True: it may (an issued assignment, the unverified round again,
+// or an unsigned one the server cannot check, for a run with no active
+// round); false: it changes nothing, only liveness is at stake (no round
+// carried, or an unsigned round not above the active one). PermissionDenied
+// for an unsigned newer round the server could have checked (its key is
+// durable, or it has an active round): rounds change only through Join.
+absl::StatusOr<bool> MayReRegister(const std::string& run_id, const v1::Assignment& a,
+                                   const RunState* known, int64_t unsigned_round, bool issued,
+                                   bool durable_key);
 
 // Whether `a` is a round the rules could have formed under `options`: 1 to
 // max_nodes participants with distinct node ids, group ranks 0..n-1, rank

@@ -151,6 +151,35 @@ TEST(ApplyJoin, ALastRoundBeyondTheLimitIsRefusedAndChangesNothing) {
   ASSERT_TRUE(ApplyJoin(kT0, &s, Node("b"), s.options, s.forming_round).ok()) << "a re-Join still passes";
 }
 
+TEST(CheckJoin, NamesEachRefusalAndAcceptsAFittingJoin) {
+  RunState s = NewRun("r", Options(2, 3));
+  EXPECT_TRUE(CheckJoin(s, Node("a"), s.options, 0).ok());
+  absl::Status nnodes = CheckJoin(s, Node("a"), Options(1, 3), 0);
+  EXPECT_EQ(nnodes.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(nnodes.message().find("nnodes 2:3"), absl::string_view::npos) << nnodes;
+  EXPECT_EQ(CheckJoin(s, Node("a", 2, 3), s.options, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckJoin(s, Node("a"), s.options, -1).code(), absl::StatusCode::kInvalidArgument);
+  ApplyClose(kT0, &s, "done");
+  absl::Status closed = CheckJoin(s, Node("a"), s.options, 0);
+  EXPECT_EQ(closed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(closed.message().find("closed: done"), absl::string_view::npos) << closed;
+}
+
+TEST(ApplyJoin, AJoinerJoiningAgainIsRefreshedNotAddedTwice) {
+  RunState s = NewRun("r", Options(3, 3));
+  Join(&s, kT0, "a");
+  const int64_t version = s.version;
+  v1::NodeInfo moved = Node("a");
+  moved.set_host("elsewhere");
+  auto r = ApplyJoin(kT0 + absl::Seconds(1), &s, moved, s.options, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outcome, JoinResult::Outcome::kPending);
+  ASSERT_EQ(s.joiners.size(), 1u);
+  EXPECT_EQ(s.joiners[0].node.host(), "elsewhere");
+  EXPECT_EQ(s.joiners[0].last_heard, kT0 + absl::Seconds(1));
+  EXPECT_EQ(s.version, version);
+}
+
 TEST(AssignRanks, SurvivorsKeepRelativeOrderBeforeNewcomers) {
   std::vector<ParticipantState> previous(3);
   const char* old_order[] = {"z", "m", "b"};
@@ -539,6 +568,40 @@ TEST(ValidateAssignment, OnlyRoundsTheRulesCouldHaveFormed) {
               }
               a->set_world_size(-2);
             }).find("overflows"), std::string::npos);
+}
+
+TEST(MayReRegister, OnlyAnIssuedOrUncheckableAssignmentChangesTheRound) {
+  RunState s = NewRun("r", Options(1, 2));
+  Join(&s, kT0, "a");
+  Join(&s, kT0, "b");
+  ASSERT_EQ(s.active_round, 1);
+  v1::Assignment current = *AssignmentFor(s, "a");
+  v1::Assignment newer = current;
+  newer.set_round(5);
+  auto may = [](const v1::Assignment& a, const RunState* known, int64_t unsigned_round,
+                bool issued, bool durable) {
+    return MayReRegister("r", a, known, unsigned_round, issued, durable);
+  };
+  // An issued assignment may, known run or not.
+  EXPECT_TRUE(*may(newer, &s, 0, true, true));
+  EXPECT_TRUE(*may(newer, nullptr, 0, true, true));
+  // No round carried: liveness only.
+  EXPECT_FALSE(*may(v1::Assignment(), nullptr, 0, true, false));
+  // Unsigned, not above the active round: liveness only.
+  EXPECT_FALSE(*may(current, &s, 0, false, true));
+  // Unsigned and newer while a round is active, or under a durable key:
+  // refused, naming the rule.
+  absl::StatusOr<bool> forged = may(newer, &s, 0, false, false);
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(forged.status().message().find("rounds change only through Join"), std::string::npos);
+  EXPECT_EQ(may(newer, nullptr, 0, false, true).status().code(), absl::StatusCode::kPermissionDenied);
+  // A server with a key that is not durable cannot check: an unknown run,
+  // or one with no active round, takes it; and the round it took so stays
+  // trusted.
+  EXPECT_TRUE(*may(newer, nullptr, 0, false, false));
+  RunState forming = NewRun("r", Options(1, 2));
+  EXPECT_TRUE(*may(newer, &forming, 0, false, false));
+  EXPECT_TRUE(*may(newer, &s, 5, false, true));
 }
 
 TEST(ReRegister, AFormingRoundFromAJoinIsRenumberedAboveIt) {

@@ -2,6 +2,8 @@
 #include "rendezvous/server.h"
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,73 +23,95 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
   return base::ReadWholeFile(path, absl::StrCat(what, " file"));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
-    const ServerOptions& options) {
+absl::Status CheckAddress(const ServerOptions& options) {
   if (options.host.empty()) return absl::InvalidArgumentError("server host is empty");
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("server port ", options.port, " is out of range 0..65535"));
   }
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
-    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
-    }
-    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "TLS certificate");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "TLS key");
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    credentials = grpc::SslServerCredentials(ssl);
-  } else {
-    credentials = grpc::InsecureServerCredentials();
-  }
+  return absl::OkStatus();
+}
 
-  std::unique_ptr<RendezvousServer> server(new RendezvousServer());
-  server->host_ = options.host;
+// TLS from the options' PEM files when they name any, else plaintext.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
+  if (options.tls_cert_file.empty() && options.tls_key_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+  }
+  absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+ServiceOptions ServiceOptionsFor(const ServerOptions& options,
+                                 std::function<std::string(const std::string&)> peer_address) {
   ServiceOptions service_options;
   service_options.clock = options.clock;
   service_options.limits = options.limits;
   service_options.token = options.token;
   service_options.signing_key = options.signing_key;
-  // Filled in once the acceptor exists (plaintext ports): gRPC names the
-  // connections it is handed "fd:N", and the acceptor knows their addresses.
-  service_options.peer_address = [server_ptr = server.get()](const std::string& peer) {
-    if (Acceptor* acceptor = server_ptr->acceptor_view_.load(); acceptor != nullptr) return acceptor->PeerAddress(peer);
-    return std::string();
-  };
+  service_options.peer_address = std::move(peer_address);
   service_options.tick = options.tick;
   service_options.idle_run_timeout = options.idle_run_timeout;
-  server->service_ = std::make_unique<RendezvousService>(service_options);
+  return service_options;
+}
+
+// The connection limits as gRPC channel arguments and a memory quota.
+void ApplyConnectionLimits(const Limits& l, grpc::ServerBuilder* builder) {
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would then split the clients between two separate states.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder->SetMaxReceiveMessageSize(l.max_message_bytes);
+  builder->SetMaxSendMessageSize(l.max_message_bytes);
+  auto ms = [](absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); };
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, l.max_concurrent_streams);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(l.max_connection_idle));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(l.keepalive_time));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(l.keepalive_timeout));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, ms(l.handshake_timeout));
+  // Clients may ping at most every 10 s without data (abusive pings end
+  // the connection with a GOAWAY).
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  // The builder keeps its own reference to the quota.
+  grpc::ResourceQuota quota("cpptorchrun-rendezvous");
+  quota.Resize(static_cast<size_t>(l.memory_budget_bytes));
+  builder->SetResourceQuota(quota);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const ServerOptions& options) {
+  if (absl::Status address_ok = CheckAddress(options); !address_ok.ok()) return address_ok;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer());
+  server->host_ = options.host;
+  // Filled in once the acceptor exists (plaintext ports): gRPC names the
+  // connections it is handed "fd:N", and the acceptor knows their addresses.
+  server->service_ = std::make_unique<RendezvousService>(
+      ServiceOptionsFor(options, [server_ptr = server.get()](const std::string& peer) {
+        if (Acceptor* acceptor = server_ptr->acceptor_view_.load(); acceptor != nullptr) {
+          return acceptor->PeerAddress(peer);
+        }
+        return std::string();
+      }));
 
   std::string address = FormatEndpoint(Endpoint{options.host, options.port});
   const bool tls = !options.tls_cert_file.empty();
   grpc::ServerBuilder builder;
   // Plaintext: our own accept loop (acceptor.h), which survives running out
   // of descriptors; TLS: gRPC's listener.
-  if (tls) builder.AddListeningPort(address, credentials, &server->port_);
-  // gRPC sets SO_REUSEPORT by default: a second server on the same port
-  // would then split the clients between two separate states.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.limits.max_message_bytes);
-  const Limits& l = options.limits;
-  auto ms = [](absl::Duration d) { return static_cast<int>(absl::ToInt64Milliseconds(d)); };
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, l.max_concurrent_streams);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(l.max_connection_idle));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(l.keepalive_time));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(l.keepalive_timeout));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, ms(l.handshake_timeout));
-  // Clients may ping at most every 10 s without data (abusive pings end
-  // the connection with a GOAWAY).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  grpc::ResourceQuota quota("cpptorchrun-rendezvous");
-  quota.Resize(static_cast<size_t>(l.memory_budget_bytes));
-  builder.SetResourceQuota(quota);
+  if (tls) builder.AddListeningPort(address, *credentials, &server->port_);
+  ApplyConnectionLimits(options.limits, &builder);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || (tls && server->port_ == 0)) {
@@ -95,21 +119,28 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
                                                " (address in use or not local?)"));
   }
   if (!tls) {
-    grpc::Server* grpc_server = server->server_.get();
-    absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Start(
-        options.host, options.port, [grpc_server](int fd) { grpc::AddInsecureChannelFromFd(grpc_server, fd); });
-    if (!acceptor.ok()) {
-      server->server_->Shutdown();
-      server->server_->Wait();
-      server->server_.reset();
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", acceptor.status().message()));
+    if (absl::Status accepting = server->StartAcceptor(options); !accepting.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", accepting.message()));
     }
-    server->acceptor_ = std::move(*acceptor);
-    server->acceptor_view_.store(server->acceptor_.get());
-    server->port_ = server->acceptor_->port();
   }
   server->service_->StartTimer();
   return server;
+}
+
+absl::Status RendezvousServer::StartAcceptor(const ServerOptions& options) {
+  grpc::Server* grpc_server = server_.get();
+  absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Start(
+      options.host, options.port, [grpc_server](int fd) { grpc::AddInsecureChannelFromFd(grpc_server, fd); });
+  if (!acceptor.ok()) {
+    server_->Shutdown();
+    server_->Wait();
+    server_.reset();
+    return acceptor.status();
+  }
+  acceptor_ = std::move(*acceptor);
+  acceptor_view_.store(acceptor_.get());
+  port_ = acceptor_->port();
+  return absl::OkStatus();
 }
 
 RendezvousServer::~RendezvousServer() { Shutdown(); }

@@ -61,6 +61,9 @@ class RendezvousServer {
 
  private:
   RendezvousServer() = default;
+  // Plaintext ports: listens with our own accept loop, handing connections
+  // to server_ (which it shuts down and drops when it cannot listen).
+  absl::Status StartAcceptor(const ServerOptions& options);
 
   std::string host_;
   int port_ = 0;

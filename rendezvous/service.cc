@@ -1,55 +1,48 @@
 // The rendezvous gRPC service (see service.h).
 #include "rendezvous/service.h"
 
-#include "base/printable.h"
-
 #include <algorithm>
-#include <limits>
-#include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
-#include <openssl/crypto.h>
+#include "base/printable.h"
+#include "rendezvous/request_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::rdzv {
 
-// A call the service answers later. It deletes itself when gRPC is done
-// with it; every field below `service_` is guarded by the service's mu_.
-class RendezvousService::Held final : public grpc::ServerUnaryReactor {
+// A call the service answers later: the reactor, its record in the
+// registry of held calls (HeldCall) and, for a read, in its run's store
+// (StoreRead). It deletes itself when gRPC is done with it; every field
+// below `service_` is guarded by the service's mu_.
+class RendezvousService::Held final : public grpc::ServerUnaryReactor,
+                                      public HeldCall,
+                                      public StoreRead {
  public:
   enum class Kind { kJoin, kWatch, kRead };
   Held(RendezvousService* service, Kind kind, std::string run_id)
-      : service_(service), kind(kind), run_id(std::move(run_id)) {}
+      : HeldCall(std::move(run_id)), service_(service), kind(kind) {}
 
   void OnCancel() override { service_->Cancelled(this); }
   void OnDone() override { delete this; }
 
   RendezvousService* const service_;
   const Kind kind;
-  const std::string run_id;
-  bool held = false;
-  absl::Time deadline;
   // kJoin
   std::string node_id;
   v1::JoinResponse* join = nullptr;
   // kWatch (node_id too)
-  int64_t round = 0;
+  int64_t watch_round = 0;
   int64_t version = 0;
   v1::WatchResponse* watch = nullptr;
-  // kRead
-  int64_t scope_round = 0;
-  std::vector<std::string> keys;
-  std::string waiting_on;
+  // kRead (round, keys and waiting_on are StoreRead's)
   v1::GetResponse* get = nullptr;
   v1::MultiGetResponse* multi_get = nullptr;
 };
@@ -62,16 +55,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-// Compares in time that depends only on the length of `expected`.
-bool ConstantTimeEquals(absl::string_view given, absl::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= g ^ static_cast<unsigned char>(expected[i]);
-  }
-  return diff == 0;
-}
-
 absl::Duration Millis(int32_t ms) { return absl::Milliseconds(std::max<int32_t>(ms, 0)); }
 
 // A run's versions start from the clock, so that a run re-created after a
@@ -82,25 +65,13 @@ absl::Status ShuttingDownError() {
   return absl::UnavailableError("rendezvous server shutting down");
 }
 
-// "ipv4:1.2.3.4:5678" -> "1.2.3.4", "ipv6:[::1]:5678" -> "::1"; else "".
-std::string PeerHost(const std::string& peer) {
-  absl::string_view p = peer;
-  if (!absl::ConsumePrefix(&p, "ipv4:") && !absl::ConsumePrefix(&p, "ipv6:")) return "";
-  if (absl::ConsumePrefix(&p, "[")) {
-    const size_t close = p.find(']');
-    return close == absl::string_view::npos ? "" : std::string(p.substr(0, close));
-  }
-  const size_t colon = p.rfind(':');
-  return std::string(colon == absl::string_view::npos ? p : p.substr(0, colon));
+absl::Status NotSetError(absl::string_view key) {
+  return absl::NotFoundError(absl::StrCat("key '", key, "' is not set"));
 }
 
 absl::Status UnknownRunError(const std::string& run_id) {
   return absl::NotFoundError(absl::StrCat("run '", run_id, "' is unknown to this server"));
 }
-
-}  // namespace
-
-namespace {
 
 SigningKey ChooseSigningKey(const ServiceOptions& options) {
   if (options.signing_key.has_value()) return *options.signing_key;
@@ -133,8 +104,8 @@ void RendezvousService::Shutdown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     timer_stop_ = true;
-    while (!deadlines_.empty()) {
-      Held* held = deadlines_.begin()->second;
+    while (HeldCall* call = held_.First()) {
+      Held* held = static_cast<Held*>(call);
       Release(held);
       finishes.emplace_back(held, ToGrpc(ShuttingDownError()));
     }
@@ -145,7 +116,7 @@ void RendezvousService::Shutdown() {
 
 int RendezvousService::HeldCalls() {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(deadlines_.size());
+  return held_.size();
 }
 
 bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
@@ -153,8 +124,7 @@ bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
   const auto& metadata = ctx->client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) return false;
-  absl::string_view given(it->second.data(), it->second.size());
-  return ConstantTimeEquals(given, "Bearer " + options_.token);
+  return BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), options_.token);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
@@ -204,7 +174,7 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
     // cannot lock real jobs out for the idle timeout.
     Run* oldest = nullptr;
     for (auto& [id, run] : runs_) {
-      if (!run->formed && run->held_calls == 0 &&
+      if (!run->formed && held_.HeldFor(id) == 0 &&
           (oldest == nullptr || run->last_activity < oldest->last_activity)) {
         oldest = run.get();
       }
@@ -221,7 +191,7 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
         absl::StrCat("the server holds its limit of ", options_.limits.max_runs,
                      " runs (max_runs); run '", run_id, "' cannot be created"));
   }
-  auto run = std::make_unique<Run>();
+  auto run = std::make_unique<Run>(run_id, &options_.limits, &store_bytes_);
   run->state.run_id = run_id;
   run->last_activity = options_.clock->Now();
   if (per_client) {
@@ -233,22 +203,14 @@ absl::StatusOr<RendezvousService::Run*> RendezvousService::FindOrCreateRun(
   return raw;
 }
 
-absl::StatusOr<RendezvousService::ScopeRef> RendezvousService::FindScope(const v1::Scope& scope,
-                                                                          bool create) {
+absl::StatusOr<RendezvousService::Run*> RendezvousService::StoreRun(const v1::Scope& scope) {
   absl::StatusOr<Run*> run = FindOrCreateRun(scope.run_id());
   if (!run.ok()) return run.status();
-  int64_t current = (*run)->state.active_round;
-  if (scope.round() > 0 && current > 0 && scope.round() < current - 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", scope.round(), " of run '", scope.run_id(),
-                     "' is over and its keys were dropped; the current round is ", current));
+  if (absl::Status dropped = (*run)->store.CheckRound(scope.round(), (*run)->state.active_round);
+      !dropped.ok()) {
+    return dropped;
   }
-  auto it = (*run)->scopes.find(scope.round());
-  if (it == (*run)->scopes.end()) {
-    if (!create) return ScopeRef{*run, nullptr};
-    it = (*run)->scopes.emplace(scope.round(), Scope()).first;
-  }
-  return ScopeRef{*run, &it->second};
+  return *run;
 }
 
 void RendezvousService::RememberClosed(const std::string& run_id, const std::string& reason) {
@@ -262,16 +224,13 @@ void RendezvousService::RememberClosed(const std::string& run_id, const std::str
 
 void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status& status,
                                   Finishes* finishes) {
-  std::vector<Held*> doomed;
-  for (const auto& [time, held] : deadlines_) {
-    if (held->run_id == run_id) doomed.push_back(held);
-  }
-  for (Held* held : doomed) {
+  for (HeldCall* call : held_.OfRun(run_id)) {
+    Held* held = static_cast<Held*>(call);
     Release(held);
     finishes->emplace_back(held, status);
   }
+  // The run's store gives its bytes back to store_bytes_ as it goes.
   if (auto it = runs_.find(run_id); it != runs_.end()) {
-    store_bytes_ -= it->second->bytes;
     if (!it->second->creator.empty() && --runs_by_client_[it->second->creator] <= 0) {
       runs_by_client_.erase(it->second->creator);
     }
@@ -280,54 +239,28 @@ void RendezvousService::DeleteRun(const std::string& run_id, const grpc::Status&
   signer_.Forget(run_id);
 }
 
-void RendezvousService::DropOldScopes(Run* run, Finishes* finishes) {
-  int64_t keep_from = run->state.active_round - 1;
-  for (auto it = run->scopes.begin(); it != run->scopes.end();) {
-    if (it->first == 0 || it->first >= keep_from) {
-      ++it;
-      continue;
-    }
-    std::vector<Held*> readers;
-    for (auto& [key, list] : it->second.waiting) {
-      readers.insert(readers.end(), list.begin(), list.end());
-    }
-    // Out of the scope's lists first: Release must not touch (or drop) the
-    // scope this loop is about to erase.
-    it->second.waiting.clear();
-    for (Held* held : readers) {
-      held->waiting_on.clear();
-      Release(held);
-      finishes->emplace_back(
-          held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                             absl::StrCat("round ", held->scope_round, " of run '", held->run_id,
-                                          "' is over and its keys were dropped")));
-    }
-    run->keys -= static_cast<int64_t>(it->second.data.size());
-    for (const auto& [key, value] : it->second.data) {
-      CountBytes(run, -static_cast<int64_t>(key.size() + value.size()));
-    }
-    it = run->scopes.erase(it);
+void RendezvousService::DropOldRounds(Run* run, Finishes* finishes) {
+  // The store hands its readers back no longer waiting in it, so Release
+  // does not touch the scopes it has just dropped.
+  for (StoreRead* read : run->store.DropRoundsBefore(run->state.active_round - 1)) {
+    Held* held = static_cast<Held*>(read);
+    Release(held);
+    finishes->emplace_back(
+        held, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           absl::StrCat("round ", held->round, " of run '", held->run_id,
+                                        "' is over and its keys were dropped")));
   }
 }
 
 // --- held calls ----------------------------------------------------------------
 
-void RendezvousService::Hold(Held* held, absl::Time deadline) {
-  held->held = true;
-  held->deadline = deadline;
-  deadlines_.emplace(deadline, held);
-  auto run = runs_.find(held->run_id);
-  if (run != runs_.end()) ++run->second->held_calls;
-}
+void RendezvousService::Hold(Held* held, absl::Time deadline) { held_.Hold(held, deadline); }
 
 bool RendezvousService::Release(Held* held) {
-  if (!held->held) return false;
-  held->held = false;
-  deadlines_.erase({held->deadline, held});
+  if (!held_.Release(held)) return false;
   auto run_it = runs_.find(held->run_id);
   if (run_it == runs_.end()) return true;
   Run* run = run_it->second.get();
-  --run->held_calls;
   run->last_activity = options_.clock->Now();
   switch (held->kind) {
     case Held::Kind::kJoin: {
@@ -341,13 +274,9 @@ bool RendezvousService::Release(Held* held) {
     case Held::Kind::kWatch:
       run->watchers.erase(held);
       break;
-    case Held::Kind::kRead: {
-      if (held->waiting_on.empty()) break;
-      auto scope = run->scopes.find(held->scope_round);
-      if (scope != run->scopes.end()) StopWaiting(&scope->second, held);
-      DropIfEmpty(run, held->scope_round);
+    case Held::Kind::kRead:
+      run->store.StopReading(held);
       break;
-    }
   }
   return true;
 }
@@ -385,7 +314,7 @@ void RendezvousService::AnswerJoin(Run* run, Held* held, Finishes* finishes) {
 
 void RendezvousService::AnswerWatch(Run* run, Held* held, Finishes* finishes) {
   Release(held);
-  *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->round);
+  *held->watch->mutable_event() = EventFor(run->state, held->node_id, held->watch_round);
   finishes->emplace_back(held, grpc::Status::OK);
 }
 
@@ -448,7 +377,7 @@ void RendezvousService::Settle(Run* run, const std::vector<std::string>& timed_o
     }
     for (Held* held : woken) AnswerWatch(run, held, finishes);
   }
-  DropOldScopes(run, finishes);
+  DropOldRounds(run, finishes);
 }
 
 void RendezvousService::Tick() {
@@ -459,7 +388,7 @@ void RendezvousService::Tick() {
     std::vector<std::string> expired_runs;
     std::vector<std::string> idle_runs;
     for (auto& [id, run] : runs_) {
-      if (run->held_calls == 0 && now - run->last_activity >= options_.idle_run_timeout) {
+      if (held_.HeldFor(id) == 0 && now - run->last_activity >= options_.idle_run_timeout) {
         idle_runs.push_back(id);
         continue;
       }
@@ -481,8 +410,8 @@ void RendezvousService::Tick() {
                    absl::FormatDuration(options_.idle_run_timeout));
       DeleteRun(id, grpc::Status(grpc::StatusCode::UNAVAILABLE, "run forgotten"), &finishes);
     }
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      Held* held = deadlines_.begin()->second;
+    while (HeldCall* due = held_.Due(now)) {
+      Held* held = static_cast<Held*>(due);
       Run* run = runs_.at(held->run_id).get();
       switch (held->kind) {
         case Held::Kind::kJoin:
@@ -507,95 +436,6 @@ void RendezvousService::Tick() {
 
 // --- answering a call ----------------------------------------------------------
 
-namespace {
-
-// The first error among `statuses`, in order; OK when there is none. Every
-// check is a pure function of the request, so evaluating all of them
-// answers the same as stopping at the first failure.
-absl::Status FirstError(std::initializer_list<absl::Status> statuses) {
-  for (const absl::Status& status : statuses) {
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBatchSize(int size, absl::string_view what, const Limits& limits) {
-  if (size <= limits.max_keys_per_call) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(size, " ", what,
-                                                 " in one call; the limit (max_keys_per_call) is ",
-                                                 limits.max_keys_per_call));
-}
-
-// The checks of each request that need no state: InvalidArgument (or
-// ResourceExhausted for a value) naming what was wrong.
-absl::Status Check(const v1::JoinRequest& r, const Limits& l) {
-  if (r.node_secret().size() > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_secret of ", r.node_secret().size(), " bytes; the limit is 256"));
-  }
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
-}
-absl::Status Check(const v1::KeepAliveRequest& r, const Limits& l) {
-  if (r.progress_size() > l.max_local_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(r.progress_size(), " progress rows; the limit (max_local_world_size) is ",
-                                                   l.max_local_world_size));
-  }
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l)});
-}
-absl::Status Check(const v1::WatchRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
-}
-absl::Status Check(const v1::LeaveRequest& r, const Limits& l) {
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
-}
-absl::Status Check(const v1::CloseRequest& r, const Limits& l) {
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateReason(r.reason(), l)});
-}
-absl::Status Check(const v1::RunStatusRequest& r, const Limits& l) {
-  return ValidateRunId(r.run_id(), l);
-}
-absl::Status Check(const v1::GetRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::AddRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::DeleteRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l)});
-}
-absl::Status Check(const v1::CompareSetRequest& r, const Limits& l) {
-  return FirstError({ValidateScope(r.scope(), l), ValidateKey(r.key(), l),
-                     ValidateValue(r.key(), r.desired(), l)});
-}
-absl::Status Check(const v1::MultiSetRequest& r, const Limits& l) {
-  if (absl::Status s = FirstError({ValidateScope(r.scope(), l),
-                                   CheckBatchSize(r.entries_size(), "entries", l)});
-      !s.ok()) {
-    return s;
-  }
-  for (const v1::KeyValue& kv : r.entries()) {
-    if (absl::Status s =
-            FirstError({ValidateKey(kv.key(), l), ValidateValue(kv.key(), kv.value(), l)});
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-absl::Status Check(const v1::MultiGetRequest& r, const Limits& l) {
-  if (absl::Status s =
-          FirstError({ValidateScope(r.scope(), l), CheckBatchSize(r.keys_size(), "keys", l)});
-      !s.ok()) {
-    return s;
-  }
-  for (const std::string& key : r.keys()) {
-    if (absl::Status s = ValidateKey(key, l); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* RendezvousService::Answer(grpc::CallbackServerContext* ctx,
                                                     const absl::StatusOr<Held*>& result) {
   if (result.ok() && *result != nullptr) return *result;
@@ -606,7 +446,7 @@ template <typename Request, typename Body>
 grpc::ServerUnaryReactor* RendezvousService::Serve(grpc::CallbackServerContext* ctx,
                                                    const Request& request, Body body) {
   if (!Authorized(ctx)) return Answer(ctx, absl::UnauthenticatedError("missing or wrong token"));
-  if (absl::Status s = Check(request, options_.limits); !s.ok()) return Answer(ctx, s);
+  if (absl::Status s = CheckRequest(request, options_.limits); !s.ok()) return Answer(ctx, s);
   Finishes finishes;
   const std::string peer = ctx->peer();
   std::string caller = options_.peer_address ? options_.peer_address(peer) : std::string();
@@ -636,10 +476,7 @@ absl::Status RendezvousService::CheckNodeSecret(Run* run, const std::string& nod
                                                 const std::string& secret) {
   auto known = run->node_secrets.find(node_id);
   if (known != run->node_secrets.end()) {
-    if (known->second.size() == secret.size() &&
-        CRYPTO_memcmp(known->second.data(), secret.data(), secret.size()) == 0) {
-      return absl::OkStatus();
-    }
+    if (ConstantTimeEquals(secret, known->second)) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat(
         "run '", run->state.run_id, "': node '", node_id,
         "' joined this run with another node_secret; a Join in its name must carry the same one"));
@@ -739,12 +576,12 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     const v1::Assignment& assignment = request->assignment();
     auto existing = runs_.find(request->run_id());
     Run* known = existing == runs_.end() ? nullptr : existing->second.get();
-    bool can_register = assignment.round() > 0 && assignment.participants_size() > 0;
+    const bool carries_round = assignment.round() > 0 && assignment.participants_size() > 0;
     if (known == nullptr && closed_.contains(request->run_id())) {
       *response->mutable_event() = ClosedEvent(request->run_id());
       return absl::OkStatus();
     }
-    if (known == nullptr && !can_register) {
+    if (known == nullptr && !carries_round) {
       return absl::NotFoundError(absl::StrCat(
           "run '", request->run_id(),
           "' is unknown to this server (restarted?) and the keep-alive carries no assignment"));
@@ -752,19 +589,11 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     // Only an assignment this server issued may change a round (a forged
     // one would hand a live job other ranks or another MASTER_ADDR).
     const bool issued = signer_.Verify(request->run_id(), request->node_id(), assignment);
-    const bool has_active = known != nullptr && known->state.active_round != 0;
-    const bool unsigned_round = known != nullptr && known->unsigned_round != 0 &&
-                                assignment.round() == known->unsigned_round;
-    if (can_register && !issued && !unsigned_round) {
-      if (known != nullptr && assignment.round() <= known->state.active_round) {
-        can_register = false;  // changes nothing; only liveness is at stake
-      } else if (signer_.durable() || has_active) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "run '", request->run_id(), "': the keep-alive's assignment for round ", assignment.round(),
-            " was not issued by this server (its signature does not verify); rounds change only "
-            "through Join"));
-      }
-    }
+    absl::StatusOr<bool> may_register =
+        MayReRegister(request->run_id(), assignment, known == nullptr ? nullptr : &known->state,
+                      known == nullptr ? 0 : known->unsigned_round, issued, signer_.durable());
+    if (!may_register.ok()) return may_register.status();
+    const bool can_register = *may_register;
     // Without a verifiable signature (a restarted server with a key that is
     // not durable), the round it would re-create must still be one the
     // rules could have formed.
@@ -830,7 +659,7 @@ grpc::ServerUnaryReactor* RendezvousService::Watch(grpc::CallbackServerContext* 
     }
     Held* held = new Held(this, Held::Kind::kWatch, request->run_id());
     held->node_id = request->node_id();
-    held->round = request->round();
+    held->watch_round = request->round();
     held->version = request->version();
     held->watch = response;
     absl::Duration wait = std::min(Millis(request->timeout_ms()), options_.limits.long_poll_bound);
@@ -946,43 +775,26 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
 
 // --- store ---------------------------------------------------------------------
 
-void RendezvousService::KeySet(Scope* scope, const std::string& key, Finishes* finishes) {
-  auto it = scope->waiting.find(key);
-  if (it == scope->waiting.end()) return;
-  std::vector<Held*> readers = std::move(it->second);
-  scope->waiting.erase(it);
-  for (Held* held : readers) {
-    held->waiting_on.clear();
-    TryAnswerRead(scope, held, finishes);
-  }
+RendezvousService::Held* RendezvousService::NewRead(const v1::Scope& scope,
+                                                    std::vector<std::string> keys) {
+  Held* held = new Held(this, Held::Kind::kRead, scope.run_id());
+  held->round = scope.round();
+  held->keys = std::move(keys);
+  return held;
 }
 
-void RendezvousService::StopWaiting(Scope* scope, Held* held) {
-  auto list = scope->waiting.find(held->waiting_on);
-  if (list != scope->waiting.end()) {
-    auto& v = list->second;
-    v.erase(std::remove(v.begin(), v.end(), held), v.end());
-    if (v.empty()) scope->waiting.erase(list);
-  }
-  held->waiting_on.clear();
+void RendezvousService::AnswerReads(const ScopedStore::Answered& answered, Finishes* finishes) {
+  for (StoreRead* read : answered) AnswerRead(static_cast<Held*>(read), finishes);
 }
 
-bool RendezvousService::TryAnswerRead(Scope* scope, Held* held, Finishes* finishes) {
-  for (const std::string& key : held->keys) {
-    if (!scope->data.contains(key)) {
-      held->waiting_on = key;
-      scope->waiting[key].push_back(held);
-      return false;
-    }
-  }
+void RendezvousService::AnswerRead(Held* held, Finishes* finishes) {
   if (held->held) Release(held);
   if (held->get != nullptr) {
-    held->get->set_value(scope->data.at(held->keys[0]));
+    held->get->set_value(held->values[0]);
   } else {
-    for (const std::string& key : held->keys) held->multi_get->add_values(scope->data.at(key));
+    for (const std::string& value : held->values) held->multi_get->add_values(value);
   }
   finishes->emplace_back(held, grpc::Status::OK);
-  return true;
 }
 
 bool RendezvousService::ProvesParticipant(const Run& run, const std::string& node_id, const std::string& proof) {
@@ -992,53 +804,6 @@ bool RendezvousService::ProvesParticipant(const Run& run, const std::string& nod
   if (!mine.has_value()) return false;
   mine->set_signature(proof);
   return signer_.Verify(run.state.run_id, node_id, *mine);
-}
-
-absl::Status RendezvousService::RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes) {
-  const Limits& l = options_.limits;
-  if (run.keys + fresh > l.max_keys_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.keys,
-                                                     " keys; the limit (max_keys_per_run) is ",
-                                                     l.max_keys_per_run));
-  }
-  if (more_bytes > 0 && run.bytes + more_bytes > l.max_store_bytes_per_run) {
-    return absl::ResourceExhaustedError(absl::StrCat("run '", run.state.run_id, "' holds ", run.bytes,
-                                                     " bytes of keys and values; the limit "
-                                                     "(max_store_bytes_per_run) is ",
-                                                     l.max_store_bytes_per_run));
-  }
-  if (more_bytes > 0 && store_bytes_ + more_bytes > l.max_store_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("the server's store holds ", store_bytes_,
-                                                     " bytes; its budget (max_store_bytes) is ",
-                                                     l.max_store_bytes));
-  }
-  return absl::OkStatus();
-}
-
-void RendezvousService::CountBytes(Run* run, int64_t delta) {
-  run->bytes += delta;
-  store_bytes_ += delta;
-}
-
-void RendezvousService::DropIfEmpty(Run* run, int64_t round) {
-  auto it = run->scopes.find(round);
-  if (it != run->scopes.end() && it->second.data.empty() && it->second.waiting.empty()) {
-    run->scopes.erase(it);
-  }
-}
-
-absl::Status RendezvousService::PutKey(const ScopeRef& at, const std::string& key,
-                                       std::string value, Finishes* finishes) {
-  auto old = at.scope->data.find(key);
-  const bool fresh = old == at.scope->data.end();
-  const int64_t delta = static_cast<int64_t>(value.size()) -
-                        (fresh ? -static_cast<int64_t>(key.size()) : static_cast<int64_t>(old->second.size()));
-  if (absl::Status room = RoomForKeys(*at.run, fresh ? 1 : 0, delta); !room.ok()) return room;
-  if (fresh) ++at.run->keys;
-  CountBytes(at.run, delta);
-  at.scope->data[key] = std::move(value);
-  KeySet(at.scope, key, finishes);
-  return absl::OkStatus();
 }
 
 absl::Time RendezvousService::ReadDeadline(int32_t timeout_ms) {
@@ -1061,35 +826,15 @@ grpc::ServerUnaryReactor* RendezvousService::MultiSet(grpc::CallbackServerContex
                                                       const v1::MultiSetRequest* request,
                                                       v1::MultiSetResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    // New keys, each counted once however often the request names it.
-    absl::flat_hash_set<absl::string_view> fresh;
-    for (const v1::KeyValue& kv : request->entries()) {
-      if (!at->scope->data.contains(kv.key())) fresh.insert(kv.key());
-    }
-    const int64_t added = static_cast<int64_t>(fresh.size());
-    // The bytes once the request is applied (the last value of a key wins).
-    absl::flat_hash_map<absl::string_view, const std::string*> last;
-    for (const v1::KeyValue& kv : request->entries()) last[kv.key()] = &kv.value();
-    int64_t delta = 0;
-    for (const auto& [key, value] : last) {
-      auto old = at->scope->data.find(key);
-      delta += static_cast<int64_t>(value->size()) -
-               (old == at->scope->data.end() ? -static_cast<int64_t>(key.size())
-                                             : static_cast<int64_t>(old->second.size()));
-    }
-    if (absl::Status room = RoomForKeys(*at->run, added, delta); !room.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return room;
-    }
-    at->run->keys += added;
-    CountBytes(at->run, delta);
-    for (const v1::KeyValue& kv : request->entries()) {
-      at->scope->data[kv.key()] = kv.value();
-      KeySet(at->scope, kv.key(), finishes);
-    }
-    return absl::OkStatus();
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    ScopedStore::Entries entries;
+    entries.reserve(request->entries_size());
+    for (const v1::KeyValue& kv : request->entries()) entries.emplace_back(kv.key(), kv.value());
+    ScopedStore::Answered answered;
+    absl::Status set = (*run)->store.Set(request->scope().round(), entries, &answered);
+    AnswerReads(answered, finishes);
+    return set;
   });
 }
 
@@ -1101,24 +846,20 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
     // A read that will not wait creates nothing (no run, no scope).
     const bool waits = request->timeout_ms() > 0;
     if (!waits && !runs_.contains(request->scope().run_id())) {
-      return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+      return NotSetError(request->key());
     }
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), waits);
-    if (!at.ok()) return at.status();
-    if (at->scope != nullptr) {
-      if (auto it = at->scope->data.find(request->key()); it != at->scope->data.end()) {
-        response->set_value(it->second);
-        return nullptr;
-      }
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    if (const std::string* value = (*run)->store.Find(request->scope().round(), request->key())) {
+      response->set_value(*value);
+      return nullptr;
     }
-    if (!waits) return absl::NotFoundError(absl::StrCat("key '", request->key(), "' is not set"));
+    if (!waits) return NotSetError(request->key());
     if (shutting_down_) return ShuttingDownError();
-    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->scope_round = request->scope().round();
-    held->keys = {request->key()};
+    Held* held = NewRead(request->scope(), {request->key()});
     held->get = response;
     Hold(held, ReadDeadline(request->timeout_ms()));
-    TryAnswerRead(at->scope, held, finishes);
+    if ((*run)->store.Read(held)) AnswerRead(held, finishes);
     return held;
   });
 }
@@ -1130,22 +871,21 @@ grpc::ServerUnaryReactor* RendezvousService::MultiGet(grpc::CallbackServerContex
                [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<Held*> {
     if (request->keys_size() == 0) return nullptr;
     if (request->timeout_ms() <= 0 && !runs_.contains(request->scope().run_id())) {
-      return absl::NotFoundError(absl::StrCat("key '", request->keys(0), "' is not set"));
+      return NotSetError(request->keys(0));
     }
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
     if (shutting_down_) return ShuttingDownError();
-    Held* held = new Held(this, Held::Kind::kRead, request->scope().run_id());
-    held->scope_round = request->scope().round();
-    held->keys.assign(request->keys().begin(), request->keys().end());
+    Held* held = NewRead(request->scope(), {request->keys().begin(), request->keys().end()});
     held->multi_get = response;
-    if (TryAnswerRead(at->scope, held, finishes)) return held;
+    if ((*run)->store.Read(held)) {
+      AnswerRead(held, finishes);
+      return held;
+    }
     if (request->timeout_ms() <= 0) {
-      absl::Status missing =
-          absl::NotFoundError(absl::StrCat("key '", held->waiting_on, "' is not set"));
-      StopWaiting(at->scope, held);
+      absl::Status missing = NotSetError(held->waiting_on);
+      (*run)->store.StopReading(held);
       delete held;
-      DropIfEmpty(at->run, request->scope().round());
       return missing;
     }
     Hold(held, ReadDeadline(request->timeout_ms()));
@@ -1157,26 +897,14 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
                                                  const v1::AddRequest* request,
                                                  v1::AddResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    auto it = at->scope->data.find(request->key());
-    bool present = it != at->scope->data.end();
-    int64_t value = 0;
-    if (present && !absl::SimpleAtoi(it->second, &value)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Add: key '", request->key(), "' holds a value that is not a decimal integer"));
-    }
-    if ((request->delta() > 0 && value > std::numeric_limits<int64_t>::max() - request->delta()) ||
-        (request->delta() < 0 && value < std::numeric_limits<int64_t>::min() - request->delta())) {
-      return absl::OutOfRangeError(absl::StrCat("Add: key '", request->key(), "' holds ", value,
-                                                "; adding ", request->delta(), " would overflow int64"));
-    }
-    value += request->delta();
-    if (absl::Status put = PutKey(*at, request->key(), absl::StrCat(value), finishes); !put.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return put;
-    }
-    response->set_value(value);
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    ScopedStore::Answered answered;
+    absl::StatusOr<int64_t> value =
+        (*run)->store.Add(request->scope().round(), request->key(), request->delta(), &answered);
+    AnswerReads(answered, finishes);
+    if (!value.ok()) return value.status();
+    response->set_value(*value);
     return absl::OkStatus();
   });
 }
@@ -1185,24 +913,17 @@ grpc::ServerUnaryReactor* RendezvousService::CompareSet(grpc::CallbackServerCont
                                                         const v1::CompareSetRequest* request,
                                                         v1::CompareSetResponse* response) {
   return Serve(ctx, *request, [&](Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), true);
-    if (!at.ok()) return at.status();
-    auto it = at->scope->data.find(request->key());
-    bool present = it != at->scope->data.end();
-    bool match =
-        request->expect_absent() ? !present : (present && it->second == request->expected());
-    if (!match) {
-      response->set_swapped(false);
-      if (present) response->set_value(it->second);
-      DropIfEmpty(at->run, request->scope().round());
-      return absl::OkStatus();
-    }
-    if (absl::Status put = PutKey(*at, request->key(), request->desired(), finishes); !put.ok()) {
-      DropIfEmpty(at->run, request->scope().round());
-      return put;
-    }
-    response->set_swapped(true);
-    response->set_value(request->desired());
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    std::optional<std::string> expected;
+    if (!request->expect_absent()) expected = request->expected();
+    ScopedStore::Answered answered;
+    absl::StatusOr<ScopedStore::Swap> swap = (*run)->store.CompareSet(
+        request->scope().round(), request->key(), expected, request->desired(), &answered);
+    AnswerReads(answered, finishes);
+    if (!swap.ok()) return swap.status();
+    response->set_swapped(swap->swapped);
+    if (swap->present) response->set_value(swap->value);
     return absl::OkStatus();
   });
 }
@@ -1211,20 +932,9 @@ grpc::ServerUnaryReactor* RendezvousService::Delete(grpc::CallbackServerContext*
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
   return Serve(ctx, *request, [&](Finishes*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<ScopeRef> at = FindScope(request->scope(), false);
-    if (!at.ok()) return at.status();
-    bool deleted = false;
-    if (at->scope != nullptr) {
-      auto it = at->scope->data.find(request->key());
-      if (it != at->scope->data.end()) {
-        CountBytes(at->run, -static_cast<int64_t>(it->first.size() + it->second.size()));
-        at->scope->data.erase(it);
-        --at->run->keys;
-        deleted = true;
-        DropIfEmpty(at->run, request->scope().round());
-      }
-    }
-    response->set_deleted(deleted);
+    absl::StatusOr<Run*> run = StoreRun(request->scope());
+    if (!run.ok()) return run.status();
+    response->set_deleted((*run)->store.Delete(request->scope().round(), request->key()));
     return absl::OkStatus();
   });
 }

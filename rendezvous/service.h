@@ -1,13 +1,17 @@
 // The rendezvous gRPC service: a thin adapter between the wire
-// (proto/rendezvous.proto) and the round rules (rules.h), plus the
-// run-scoped key-value store.
+// (proto/rendezvous.proto) and its parts, which know nothing of gRPC: the
+// round rules (rules.h), each run's key-value store (scoped_store.h) and
+// the registry of held calls (held_calls.h). The service keeps the runs
+// (creating, evicting, forgetting them), checks the token and the node
+// secrets, and converts requests and answers.
 //
 // It uses gRPC's callback API. Calls that wait (Join, Watch, Get, MultiGet)
-// are held as reactors in the run's state, holding no thread; whoever takes
-// a reactor out of the state under the lock answers it, after releasing the
-// lock. A cancelled call is taken out and answered CANCELLED. One timer
-// thread re-applies the rules' deadlines (last call, join timeout, dead
-// nodes, close) and the long-poll bounds every `tick`.
+// are held as reactors (registered in HeldCalls, and in the run's joins,
+// watchers or store), holding no thread; whoever takes a reactor out under
+// the lock answers it, after releasing the lock. A cancelled call is taken
+// out and answered CANCELLED. One timer thread re-applies the rules'
+// deadlines (last call, join timeout, dead nodes, close) and the long-poll
+// bounds every `tick`.
 #ifndef CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 #define CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 
@@ -30,8 +34,10 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/clock.h"
+#include "rendezvous/held_calls.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/rules.h"
+#include "rendezvous/scoped_store.h"
 #include "rendezvous/signing.h"
 
 namespace cpptorchrun::rdzv {
@@ -115,24 +121,18 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
  private:
   class Held;  // a held call (reactor); service.cc
-  struct Scope {
-    absl::flat_hash_map<std::string, std::string> data;
-    // Held Get/MultiGet calls by the first key they still miss.
-    absl::flat_hash_map<std::string, std::vector<Held*>> waiting;
-  };
   struct Run {
+    Run(const std::string& run_id, const Limits* limits, int64_t* server_bytes)
+        : store(run_id, limits, server_bytes) {}
     RunState state;
     // False until the first Join (or re-registration) gives the run options.
     bool formed = false;
     absl::flat_hash_map<std::string, Held*> joins;  // by node id
     absl::flat_hash_set<Held*> watchers;
-    std::map<int64_t, Scope> scopes;
-    int64_t keys = 0;
-    int64_t bytes = 0;  // keys' and values' sizes in its scopes
+    ScopedStore store;
     std::string creator;  // the client address that created it (for max_runs_per_client)
-    // Last call that touched the run, and calls held for it now.
+    // Last call that touched the run.
     absl::Time last_activity;
-    int held_calls = 0;
     // A round re-created from an assignment this server could not verify
     // (its key is not durable and it had no active round of the run): its
     // keep-alives are trusted unverified until the next round (0: none).
@@ -144,11 +144,6 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     int64_t logged_round = 0;
     bool logged_ended = true;
     bool logged_closed = false;
-  };
-  // A store scope and the run that holds it.
-  struct ScopeRef {
-    Run* run;
-    Scope* scope;  // null when absent and not created
   };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 
@@ -172,8 +167,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   absl::StatusOr<Run*> FindOrCreateRun(const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ClosedRunError(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<ScopeRef> FindScope(const v1::Scope& scope, bool create)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run holding `scope` (created when unknown), whose round's keys are
+  // not dropped.
+  absl::StatusOr<Run*> StoreRun(const v1::Scope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a run that has none its options and first version (no-op when
   // it has them).
   void Form(Run* run, const RoundOptions& round_options, absl::Time now)
@@ -182,7 +178,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   v1::RunEvent ClosedEvent(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void Hold(Held* held, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes `held` out of every container; false when it was not in them.
+  // Takes `held` out of the registry, and out of its run's joins, watchers
+  // or store; false when it was not held.
   bool Release(Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Cancelled(Held* held);
 
@@ -192,45 +189,33 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void AnswerJoin(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers a held Watch with the run's current event.
   void AnswerWatch(Run* run, Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-checks held reads waiting on `key`.
-  void KeySet(Scope* scope, const std::string& key, Finishes* finishes)
+  // A read of `keys` in `scope`, not held yet (Get and MultiGet fill in
+  // their response).
+  Held* NewRead(const v1::Scope& scope, std::vector<std::string> keys);
+  // Answers reads the store completed (their values are filled in).
+  void AnswerReads(const ScopedStore::Answered& answered, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Answers a held read whose keys are all present, or moves it to the next
-  // missing key; true when answered.
-  bool TryAnswerRead(Scope* scope, Held* held, Finishes* finishes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes a read out of the list of the key it waits on.
-  void StopWaiting(Scope* scope, Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ResourceExhausted when `fresh` more keys would put the run over
-  // max_keys_per_run.
-  absl::Status RoomForKeys(const Run& run, int64_t fresh, int64_t more_bytes = 0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnswerRead(Held* held, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `proof` is the assignment signature of `node_id`, a participant
   // of the run's current round.
   bool ProvesParticipant(const Run& run, const std::string& node_id, const std::string& proof)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds `delta` bytes to the run's and the server's store tallies.
-  void CountBytes(Run* run, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops `round`'s scope of `run` when it holds no key and no reader.
-  void DropIfEmpty(Run* run, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets `key` in `at` (counting it when new: ResourceExhausted when the
-  // run has no room) and answers the reads it completes.
-  absl::Status PutKey(const ScopeRef& at, const std::string& key, std::string value,
-                      Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When a read asking to wait `timeout_ms` is answered at the latest.
   absl::Time ReadDeadline(int32_t timeout_ms);
-  void DropOldScopes(Run* run, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the store rounds the run is two past, refusing their readers.
+  void DropOldRounds(Run* run, Finishes* finishes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogChanges(Run* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteRun(const std::string& run_id, const grpc::Status& status, Finishes* finishes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberClosed(const std::string& run_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
-  // ResourceExhausted when the run's spares are at max_nodes_per_run and
-  // `node_id` is not one of them.
   // Refuses a Join in `node_id`'s name with another secret than its first;
   // records the first.
-  absl::Status CheckNodeSecret(Run* run, const std::string& node_id, const std::string& secret);
+  absl::Status CheckNodeSecret(Run* run, const std::string& node_id, const std::string& secret)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when the run's spares are at max_nodes_per_run and
+  // `node_id` is not one of them.
   absl::Status SparesFull(const Run& run, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FillRunStatus(const v1::RunStatusRequest& request,
@@ -241,8 +226,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<std::string, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  // Bytes of keys and values in every run's store (before runs_: their
+  // stores give their bytes back as they go).
   int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
   // Without a token: runs created per client address, and the address of
   // the call being served (set by Serve under mu_).
   absl::flat_hash_map<std::string, int> runs_by_client_ ABSL_GUARDED_BY(mu_);
@@ -250,8 +237,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Closed runs forgotten after close_timeout: id -> reason, and their order.
   absl::flat_hash_map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closed_order_ ABSL_GUARDED_BY(mu_);
-  // Every held call, by its long-poll deadline.
-  std::set<std::pair<absl::Time, Held*>> deadlines_ ABSL_GUARDED_BY(mu_);
+  // Every held call, by its long-poll deadline (qualified: HeldCalls() is
+  // also a method's name).
+  ::cpptorchrun::rdzv::HeldCalls held_ ABSL_GUARDED_BY(mu_);
   std::thread timer_;
 };
 
