@@ -34,7 +34,7 @@
 #include "launcher/workers/process.h"
 #include "launcher/workers/run_dir.h"
 #include "rendezvous/client.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
@@ -429,7 +429,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   // --event_log_handler console also logs each event.
   std::unique_ptr<EventLog> events =
       NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
-  ProgressBoard board(rdzv::RealClock(), events.get());
+  ProgressBoard board(base::RealClock(), events.get());
   std::unique_ptr<AgentService> agent_service;
   if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board); svc.ok()) {
     agent_service = std::move(*svc);
@@ -452,7 +452,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
   auto monitor = NewRoundMonitor(mo);
 
-  o.clock = rdzv::RealClock();
+  o.clock = base::RealClock();
   o.processes = processes->get();
   o.rdzv = rdzv->client.get();
   o.ports = ports.get();

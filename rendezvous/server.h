@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/acceptor.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/service.h"
 #include "rendezvous/signing.h"
@@ -33,7 +33,7 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file;
   Limits limits;
   // Not owned; must outlive the server.
-  Clock* clock = RealClock();
+  base::Clock* clock = base::RealClock();
   // How often deadlines are re-applied.
   absl::Duration tick = absl::Milliseconds(20);
   // Runs untouched (and holding no call) this long are forgotten.

@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 #include "rendezvous/held_calls.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/rules.h"
@@ -44,7 +44,7 @@ namespace cpptorchrun::rdzv {
 
 struct ServiceOptions {
   // Not owned; must outlive the service.
-  Clock* clock = RealClock();
+  base::Clock* clock = base::RealClock();
   Limits limits;
   // Expected as "authorization: Bearer <token>" on every call; empty: none.
   std::string token;

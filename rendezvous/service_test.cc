@@ -25,7 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 #include "rendezvous/server.h"
 
 namespace cpptorchrun::rdzv {
@@ -850,7 +850,7 @@ TEST_F(ServiceTest, RetryBudgetSpentNamesTheEndpoint) {
 // The server's clock is injectable: deadlines move with a fake clock, and
 // Tick() applies them without waiting.
 TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
-  FakeClock clock;
+  base::FakeClock clock;
   ServerOptions options;
   options.clock = &clock;
   auto server = RendezvousServer::Start(options);
@@ -877,7 +877,7 @@ TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
 }
 
 TEST(ServiceFakeClock, IdleRunsAreForgottenButHeldOnesAreNot) {
-  FakeClock clock;
+  base::FakeClock clock;
   ServerOptions options;
   options.clock = &clock;
   options.idle_run_timeout = absl::Minutes(10);

@@ -17,7 +17,7 @@ namespace v1 = ::cpptorchrun::agent::v1;
 TEST(AgentService, HeartbeatsAndEventsReachTheBoard) {
   std::string dir = "/tmp/agentsvc_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  rdzv::FakeClock clock(absl::FromUnixSeconds(1700000000));
+  base::FakeClock clock(absl::FromUnixSeconds(1700000000));
   ProgressBoard board(&clock);
   board.Reset({100, 200});
   auto svc = AgentService::Start(dir + "/agent.sock", &board);

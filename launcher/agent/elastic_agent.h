@@ -32,7 +32,7 @@
 #include "launcher/workers/worker_env.h"
 #include "proto/rendezvous.pb.h"
 #include "rendezvous/client.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -86,7 +86,7 @@ struct AgentOptions {
   std::string rdzv_ca_file;               // TLS to the rendezvous; empty: plaintext
 
   // Not owned; all must outlive the agent.
-  rdzv::Clock* clock = nullptr;
+  base::Clock* clock = nullptr;
   ProcessLauncher* processes = nullptr;
   rdzv::RendezvousClient* rdzv = nullptr;
   PortFinder* ports = nullptr;

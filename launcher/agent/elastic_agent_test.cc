@@ -74,7 +74,7 @@ class AgentTest : public ::testing::Test {
     return processes_.started().at(start_index).spec.env.at(key);
   }
 
-  rdzv::FakeClock clock_{absl::FromUnixSeconds(1700000000)};
+  base::FakeClock clock_{absl::FromUnixSeconds(1700000000)};
   FakeProcessLauncher processes_;
   ProgressBoard board_;
   FixedPortFinder ports_;

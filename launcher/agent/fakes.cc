@@ -14,7 +14,7 @@ namespace {
 // Moves `clock` forward to `t`; never backwards. Only the fake launcher (under
 // its lock) and the test's own thread move a test's clock, so reading then
 // advancing does not race with another mover.
-void AdvanceClockTo(rdzv::FakeClock* clock, absl::Time t) {
+void AdvanceClockTo(base::FakeClock* clock, absl::Time t) {
   const absl::Time now = clock->Now();
   if (t > now) clock->Advance(t - now);
 }

@@ -16,7 +16,7 @@
 #include "launcher/workers/ports.h"
 #include "launcher/workers/process.h"
 #include "rendezvous/client.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -26,7 +26,7 @@ namespace cpptorchrun::launcher {
 // Thread-safe.
 class FakeProcessLauncher final : public ProcessLauncher {
  public:
-  explicit FakeProcessLauncher(rdzv::FakeClock* clock) : clock_(clock) {}
+  explicit FakeProcessLauncher(base::FakeClock* clock) : clock_(clock) {}
 
   struct Started {
     pid_t pid;
@@ -70,7 +70,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   // Queues `s` to happen at `t`, after whatever is already queued for `t`.
   void Schedule(absl::Time t, Scheduled s) ABSL_LOCKS_EXCLUDED(mu_);
 
-  rdzv::FakeClock* clock_;
+  base::FakeClock* clock_;
   mutable absl::Mutex mu_;
   pid_t next_pid_ ABSL_GUARDED_BY(mu_) = 1000;
   int seq_ ABSL_GUARDED_BY(mu_) = 0;

@@ -19,7 +19,7 @@
 #include "launcher/agent/event_log.h"
 #include "proto/agent.pb.h"
 #include "proto/rendezvous.pb.h"
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 
 namespace cpptorchrun::launcher {
 
@@ -38,7 +38,7 @@ struct RankReport {
 class ProgressBoard {
  public:
   // `events` (may be null) gets worker_resumed and worker_reported events.
-  explicit ProgressBoard(rdzv::Clock* clock, EventLog* events = nullptr) : clock_(clock), events_(events) {}
+  explicit ProgressBoard(base::Clock* clock, EventLog* events = nullptr) : clock_(clock), events_(events) {}
 
   // A new group: forgets all reports and any stop request; `pids[local_rank]`
   // are the workers.
@@ -68,12 +68,12 @@ class ProgressBoard {
   bool Finished(int local_rank) const;
   // The FAILED event's message of the worker at `local_rank`; empty: none.
   std::string ReportedFailure(int local_rank) const;
-  rdzv::Clock* clock() const { return clock_; }
+  base::Clock* clock() const { return clock_; }
 
  private:
   bool IsCurrent(int local_rank, int64_t pid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  rdzv::Clock* clock_;
+  base::Clock* clock_;
   EventLog* events_;
   mutable absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -14,7 +14,7 @@ namespace {
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
 TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
-  rdzv::FakeClock clock(kT0);
+  base::FakeClock clock(kT0);
   ProgressBoard board(&clock);
   board.Reset({11, 12});
   agent::v1::Heartbeat r;
@@ -43,7 +43,7 @@ TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
 }
 
 TEST(ProgressBoard, EventsAreActedOn) {
-  rdzv::FakeClock clock(kT0);
+  base::FakeClock clock(kT0);
   MemoryEventLog events;
   ProgressBoard board(&clock, &events);
   board.Reset({11, 12});
@@ -69,7 +69,7 @@ TEST(ProgressBoard, EventsAreActedOn) {
 }
 
 TEST(ProgressBoard, AStopRequestLastsUntilTheNextGroup) {
-  rdzv::FakeClock clock(kT0);
+  base::FakeClock clock(kT0);
   ProgressBoard board(&clock);
   board.Reset({11});
   EXPECT_FALSE(board.StopRequested());

@@ -29,7 +29,7 @@ rdzv::v1::Assignment Round(FakeRendezvousClient& client) {
 
 TEST(RoundMonitor, KeepAlivesCarryProgress) {
   FakeRendezvousClient client;
-  ProgressBoard board(rdzv::RealClock());
+  ProgressBoard board(base::RealClock());
   board.Reset({77});
   agent::v1::Heartbeat r;
   r.set_rank(0);

@@ -1,7 +1,7 @@
 // The real clock (see clock.h).
-#include "rendezvous/clock.h"
+#include "base/clock.h"
 
-namespace cpptorchrun::rdzv {
+namespace cpptorchrun::base {
 namespace {
 class WallClock final : public Clock {
  public:
@@ -14,4 +14,4 @@ Clock* RealClock() {
   return clock;
 }
 
-}  // namespace cpptorchrun::rdzv
+}  // namespace cpptorchrun::base

@@ -1,14 +1,17 @@
-// Clock: the rendezvous server's source of time, behind an interface so
-// that tests drive deadlines with a fake clock instead of sleeping.
-#ifndef CPPTORCHRUN_RENDEZVOUS_CLOCK_H_
-#define CPPTORCHRUN_RENDEZVOUS_CLOCK_H_
+// Clock: the source of time for every decision that has a deadline (the
+// rendezvous server's rounds and held calls, the launcher's supervision),
+// behind an interface so that tests drive deadlines with a fake clock
+// instead of sleeping. Waits that only bound real time (the exit barrier,
+// draining output) use absl::Now directly.
+#ifndef CPPTORCHRUN_BASE_CLOCK_H_
+#define CPPTORCHRUN_BASE_CLOCK_H_
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace cpptorchrun::rdzv {
+namespace cpptorchrun::base {
 
 // Thread-safe.
 class Clock {
@@ -38,6 +41,6 @@ class FakeClock final : public Clock {
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace cpptorchrun::rdzv
+}  // namespace cpptorchrun::base
 
-#endif  // CPPTORCHRUN_RENDEZVOUS_CLOCK_H_
+#endif  // CPPTORCHRUN_BASE_CLOCK_H_
