@@ -201,7 +201,7 @@ def fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=60):
 
 def read_sample_logs(folder):
     """train --sample_log's files: {round: {"world": W, "resumed": set of
-    steps, "lines": [(global step, epoch, [indices])]}} (worker/sample_log.h)."""
+    steps, "lines": [(global step, epoch, [indices])]}} (worker/training/sample_log.h)."""
     rounds = {}
     for name in sorted(os.listdir(folder)):
         if not name.startswith("samples."):

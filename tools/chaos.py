@@ -109,7 +109,7 @@ def fire(cluster, run_dir, server, run_id, rng, args, nodes):
 
 
 def job_events(run_dir):
-    """Every launcher's event log (launcher/event_log.h) of the run, killed
+    """Every launcher's event log (launcher/agent/event_log.h) of the run, killed
     ones included: one list of dicts."""
     events = []
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", "*", "events.jsonl"))):
