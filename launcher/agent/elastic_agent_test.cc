@@ -219,6 +219,25 @@ TEST_F(AgentTest, StopSignalStopsWorkersAndExits128PlusSignal) {
   EXPECT_TRUE(printed_.empty());
 }
 
+TEST_F(AgentTest, ASignalDuringAJoinLeavesAHelperThatIsJoinedOnceTheClientIsCancelled) {
+  o_.blocking_call_grace = absl::ZeroDuration();
+  rdzv_.block_joins = true;
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(1), SIGTERM);
+  {
+    ElasticAgent agent(o_);
+    AgentResult r = agent.Run();
+    EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+    EXPECT_THAT(rdzv_.leaves(), ElementsAre("signal SIGTERM"));
+    EXPECT_EQ(rdzv_.blocked_joins_returned(), 0) << "the Join is still blocked";
+    rdzv_.Cancel();
+  }  // the agent's destructor joins its helper
+  EXPECT_EQ(rdzv_.blocked_joins_returned(), 1);
+  EXPECT_TRUE(processes_.started().empty()) << "no round, no workers";
+  auto events = events_.events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().first, "finished") << "a signal ends the run through the restart policy too";
+}
+
 TEST_F(AgentTest, OtherHandledSignalsAreOnlyForwarded) {
   ExitAfterStart(absl::Seconds(10), ExitStatus::Exited(0));
   processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(2), SIGUSR1);

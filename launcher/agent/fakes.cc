@@ -210,6 +210,11 @@ absl::StatusOr<rdzv::v1::Assignment> FakeRendezvousClient::Join(const rdzv::v1::
   absl::MutexLock lock(&mu_);
   joins_.push_back(request);
   if (!join_error.ok()) return join_error;
+  if (block_joins) {
+    mu_.Await(absl::Condition(&cancelled_));
+    ++blocked_joins_returned_;
+    return absl::CancelledError("the client was cancelled");
+  }
   round_ = std::max(round_, request.last_round()) + 1;
   ++version_;
   ended_ = false;
@@ -305,6 +310,16 @@ class SharedStore final : public rdzv::Store {
 
 std::unique_ptr<rdzv::Store> FakeRendezvousClient::OpenStore(const std::string&, int64_t) {
   return std::make_unique<SharedStore>(store_);
+}
+
+void FakeRendezvousClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+int FakeRendezvousClient::blocked_joins_returned() const {
+  absl::MutexLock lock(&mu_);
+  return blocked_joins_returned_;
 }
 
 std::vector<rdzv::v1::JoinRequest> FakeRendezvousClient::joins() const {

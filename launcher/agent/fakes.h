@@ -120,6 +120,12 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
 
   // Join answers this error when set.
   absl::Status join_error;
+  // Join blocks until Cancel (then answers CANCELLED), as a real Join of a
+  // round that cannot complete would.
+  bool block_joins = false;
+  void Cancel() override;
+  // Blocked Joins that have returned.
+  int blocked_joins_returned() const;
   // Makes the round end (round_current false) from the next KeepAlive/Watch.
   void EndRound(const std::string& reason);
 
@@ -142,6 +148,8 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
   std::vector<rdzv::v1::KeepAliveRequest> keep_alives_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> leaves_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closes_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int blocked_joins_returned_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<rdzv::Store> store_;
 };
 
