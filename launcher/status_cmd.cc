@@ -214,13 +214,14 @@ WatchTick DecideWatchTick(const WatchOptions& o, const WatchState& state, absl::
   tick.state.failing_since.reset();
   tick.state.seen_run = true;
   if (st.nodes_size() > 0) tick.state.seen_nodes = true;
-  // A finished job's nodes leave; its run stays FORMING with nobody in it.
-  const bool all_left = state.seen_nodes && st.nodes_size() == 0 && st.waiting_size() == 0;
+  // A finished job's nodes leave; its run stays, past its first round, with
+  // nobody in it or waiting (the service forgets it later).
+  const bool all_left = st.round() > 0 && st.nodes_size() == 0 && st.waiting_size() == 0;
   tick.done = all_left || st.state() == rdzv::v1::RunStatusResponse::CLOSED;
   std::string body;
   if (o.json) {
     body = FormatStatusJson(st) + "\n";
-  } else if (all_left && !state.last_body.empty()) {
+  } else if (all_left && state.seen_nodes) {
     // The last table that had the nodes says more than an empty one.
     body = absl::StrCat(state.last_body, "\nevery node has left the run: it is over\n");
   } else {

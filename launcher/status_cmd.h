@@ -67,9 +67,11 @@ struct WatchTick {
 //    line; only when the table differs from the last one printed. No
 //    escape codes.
 //  - JSON: one line every refresh.
-// The run is over when it is CLOSED, when every node it had has left and
-// none waits (a finished job leaves), or when the service no longer knows
-// it: the last rendering is printed and the loop ends with 0. An unknown
+// The run is over when it is CLOSED, when it is past its first round with
+// no node in it and none waiting (a finished job's nodes leave), or when
+// the service no longer knows a run it knew: the last rendering is printed
+// (when every node left, the last table that had them) and the loop ends
+// with 0. An unknown
 // run at the first call, or an error that retrying cannot cure (a bad
 // token, a refused certificate), ends it with 1; UNAVAILABLE and the like
 // are retried until `unreachable_limit`, then 1.

@@ -287,6 +287,7 @@ TEST_F(WatchTickTest, EveryNodeLeftEndsTheWatchButAFormingRunDoesNot) {
   EXPECT_FALSE(Tick(forming).done);
   EXPECT_FALSE(Tick(TwoNodes(3)).done);
   forming.clear_waiting();
+  forming.set_round(2);
   WatchTick t = Tick(forming);
   EXPECT_TRUE(t.done) << "the nodes it had have left: the job is over";
   EXPECT_EQ(t.exit_code, 0);
@@ -294,10 +295,22 @@ TEST_F(WatchTickTest, EveryNodeLeftEndsTheWatchButAFormingRunDoesNot) {
   EXPECT_THAT(t.out, HasSubstr("every node has left the run: it is over"));
 }
 
+TEST_F(WatchTickTest, AWatchStartedAfterTheJobEndedEndsAtOnce) {
+  rdzv::v1::RunStatusResponse left;
+  left.set_run_id("job7");
+  left.set_round(1);
+  left.set_state(rdzv::v1::RunStatusResponse::FORMING);
+  WatchTick t = Tick(left);
+  EXPECT_TRUE(t.done);
+  EXPECT_EQ(t.exit_code, 0);
+  EXPECT_THAT(t.out, HasSubstr("run job7  round 1  state FORMING  nodes 0"));
+}
+
 TEST_F(WatchTickTest, JsonSaysTheEmptyRunAsItIs) {
   options_.json = true;
   Tick(TwoNodes(3));
   rdzv::v1::RunStatusResponse left;
+  left.set_round(2);
   left.set_run_id("job7");
   left.set_state(rdzv::v1::RunStatusResponse::FORMING);
   WatchTick t = Tick(left);
