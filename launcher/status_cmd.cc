@@ -45,7 +45,7 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
   int ranks = 0;
   for (const auto& n : st.nodes()) ranks += n.participant().local_world_size();
   absl::StrAppendFormat(&out, "run %s  round %d  state %s  nodes %d (waiting %d)  ranks %d\n",
-                        st.run_id(), st.round(), StateName(st.state()), st.nodes_size(),
+                        base::Printable(st.run_id()), st.round(), StateName(st.state()), st.nodes_size(),
                         st.waiting_size(), ranks);
   if (!st.closed_reason().empty()) absl::StrAppendFormat(&out, "closed: %s\n", base::Printable(st.closed_reason()));
   if (st.server_store_budget() > 0) {
@@ -59,11 +59,12 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
     std::string rank_range = p.local_world_size() > 0
                                  ? absl::StrCat(p.rank_offset(), "-", p.rank_offset() + p.local_world_size() - 1)
                                  : "-";
-    absl::StrAppendFormat(&out, "%-5d %-32s %-22s %-9s %-8d %s\n", p.group_rank(), p.node_id(), p.host(),
-                          rank_range, n.restart_count(), Age(n.heartbeat_age_ms()));
+    absl::StrAppendFormat(&out, "%-5d %-32s %-22s %-9s %-8d %s\n", p.group_rank(), base::Printable(p.node_id()),
+                          base::Printable(p.host()), rank_range, n.restart_count(), Age(n.heartbeat_age_ms()));
   }
   for (const auto& w : st.waiting()) {
-    absl::StrAppendFormat(&out, "%-5s %-32s %-22s %-9s %-8s %s\n", "wait", w.node_id(), w.host(), "-", "-", "-");
+    absl::StrAppendFormat(&out, "%-5s %-32s %-22s %-9s %-8s %s\n", "wait", base::Printable(w.node_id()),
+                          base::Printable(w.host()), "-", "-", "-");
   }
   absl::StrAppendFormat(&out, "\n%-5s %-5s %-5s %-6s %-15s %-10s %-10s %s\n", "RANK", "LOCAL", "NODE", "EPOCH",
                         "STEP", "LOSS", "SAMPLES/S", "HEARTBEAT_AGE");

@@ -129,6 +129,17 @@ TEST(StatusTable, NodesAndRanks) {
   EXPECT_THAT(t, HasSubstr("server store: 1.0 of 1024.0 MiB"));
 }
 
+TEST(StatusTable, OutsideTextCannotDriveTheTerminal) {
+  rdzv::v1::RunStatusResponse st = TwoNodes(1);
+  st.mutable_nodes(0)->mutable_participant()->set_host("h\x1b[2J");
+  st.mutable_nodes(1)->mutable_participant()->set_node_id("n\x1b]0;x\x07");
+  st.add_waiting()->set_host("w\r\n");
+  const std::string t = FormatStatusTable(st);
+  EXPECT_EQ(t.find('\x1b'), std::string::npos) << t;
+  EXPECT_EQ(t.find('\r'), std::string::npos) << t;
+  EXPECT_THAT(t, HasSubstr("h\\x1b[2J"));
+}
+
 TEST(StatusJson, TheDocumentedSchema) {
   const std::string json = FormatStatusJson(TwoNodes(120));
   EXPECT_EQ(json.find('\n'), std::string::npos) << "one line";
