@@ -74,7 +74,7 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   auto conf = ParseRdzvConf(conf_text, "--rdzv_conf", &ignored);
   if (!conf.ok()) return conf.status();
   if (interval_flag->count() > 0) {
-    if (!watch) return absl::InvalidArgumentError("status: --interval: only with --watch");
+    if (!watch) return absl::InvalidArgumentError("--interval: only with --watch");
     // Not below 0.1 s: each refresh is a call to the job's rendezvous.
     absl::StatusOr<absl::Duration> interval = ParseSeconds(interval_text, "--interval", false);
     if (!interval.ok() || *interval < absl::Milliseconds(100) || *interval > absl::Hours(1)) {
