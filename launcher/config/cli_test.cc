@@ -283,7 +283,7 @@ TEST(Cli, StatusJsonWatchAndInterval) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->status.interval, absl::Hours(1));
   // Bad values are usage errors that name the flag.
-  for (const std::string& bad : {"0", "-1", "0.05", "3601", "abc", "nan", "inf", "1e9", ""}) {
+  for (const char* bad : {"0", "-1", "0.05", "3601", "abc", "nan", "inf", "1e9", ""}) {
     auto r = with({"--watch", "--interval", bad});
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
