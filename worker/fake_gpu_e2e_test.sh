@@ -7,20 +7,9 @@
 set -euo pipefail
 launcher="$1"
 train="$2"
-data="${CPPTORCHRUN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
-if [[ ! -e "$data/train-images-idx3-ubyte.gz" ]]; then
-  why="no Fashion-MNIST at $data"
-  echo "SKIP: $why"
-  # Counted as skipped, not passed: Bazel keeps the JUnit XML a test writes.
-  if [[ -n "${XML_OUTPUT_FILE:-}" ]]; then
-    printf '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites><testsuite name="%s" tests="1" failures="0" skipped="1"><testcase name="%s"><skipped message="%s"/></testcase></testsuite></testsuites>\n' \
-      "fake_gpu_e2e_test" "fake_gpu_e2e_test" "$why" >"$XML_OUTPUT_FILE"
-  fi
-  exit 0
-fi
+source worker/e2e_lib.sh
+skip_without_data fake_gpu_e2e_test
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 
 "$launcher" --standalone --nproc_per_node=2 --fake_gpus=2 "$train" --epochs 1 \

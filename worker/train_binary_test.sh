@@ -6,20 +6,9 @@
 # an unusable backend.
 set -euo pipefail
 train="$1"
-data="${CPPTORCHRUN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
-if [[ ! -e "$data/train-images-idx3-ubyte.gz" ]]; then
-  why="no Fashion-MNIST at $data"
-  echo "SKIP: $why"
-  # Counted as skipped, not passed: Bazel keeps the JUnit XML a test writes.
-  if [[ -n "${XML_OUTPUT_FILE:-}" ]]; then
-    printf '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites><testsuite name="%s" tests="1" failures="0" skipped="1"><testcase name="%s"><skipped message="%s"/></testcase></testsuite></testsuites>\n' \
-      "train_binary_test" "train_binary_test" "$why" >"$XML_OUTPUT_FILE"
-  fi
-  exit 0
-fi
+source worker/e2e_lib.sh
+skip_without_data train_binary_test
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
 common=(--data_dir "$data" --limit 2048 --epochs 2 --checkpoint_every 5 --progress lines)
 
 [[ "$("$train" --version)" == "train 0.1.0" ]] || fail "--version"
