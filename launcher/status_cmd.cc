@@ -82,14 +82,22 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
   for (const auto& n : st.nodes()) {
     if (!n.has_last_restart() || n.last_restart().cause().empty()) continue;
     if (!header) {
-      absl::StrAppendFormat(&out, "\n%-5s %-14s %-6s %-9s %-9s %-11s %s\n", "NODE", "LAST_RESTART", "ROUND",
-                            "TOTAL_S", "STOP_S", "RENDEZVOUS_S", "START_S");
+      absl::StrAppendFormat(&out, "\n%-5s %-14s %-6s %-9s %-9s %-12s %-9s %-8s %-12s %-12s %s\n", "NODE",
+                            "LAST_RESTART", "ROUND", "TOTAL_S", "STOP_S", "RENDEZVOUS_S", "START_S", "COMM_S",
+                            "CHECKPOINT_S", "FIRST_STEP_S", "TO_FIRST_STEP_S");
       header = true;
     }
     const auto& r = n.last_restart();
-    absl::StrAppendFormat(&out, "%-5d %-14s %-6d %-9.3f %-9.3f %-11.3f %.3f\n", n.participant().group_rank(),
-                          base::Printable(r.cause()), r.round(), r.total_s(), r.detected_to_stopped_s(),
-                          r.stopped_to_joined_s(), r.joined_to_started_s());
+    // The workers' part is "-" until every worker has made its first step
+    // (or for workers that send no start-up events).
+    auto workers = [&r](double v) {
+      return r.total_to_first_step_s() > 0 ? absl::StrFormat("%.3f", v) : std::string("-");
+    };
+    absl::StrAppendFormat(&out, "%-5d %-14s %-6d %-9.3f %-9.3f %-12.3f %-9.3f %-8s %-12s %-12s %s\n",
+                          n.participant().group_rank(), base::Printable(r.cause()), r.round(), r.total_s(),
+                          r.detected_to_stopped_s(), r.stopped_to_joined_s(), r.joined_to_started_s(),
+                          workers(r.started_to_comm_ready_s()), workers(r.comm_ready_to_restored_s()),
+                          workers(r.restored_to_first_step_s()), workers(r.total_to_first_step_s()));
   }
   return out;
 }
@@ -120,7 +128,11 @@ std::string FormatStatusJson(const rdzv::v1::RunStatusResponse& st) {
                       ", \"total_s\": ", JsonNumber(r.total_s()),
                       ", \"detected_to_stopped_s\": ", JsonNumber(r.detected_to_stopped_s()),
                       ", \"stopped_to_joined_s\": ", JsonNumber(r.stopped_to_joined_s()),
-                      ", \"joined_to_started_s\": ", JsonNumber(r.joined_to_started_s()), "}");
+                      ", \"joined_to_started_s\": ", JsonNumber(r.joined_to_started_s()),
+                      ", \"started_to_comm_ready_s\": ", JsonNumber(r.started_to_comm_ready_s()),
+                      ", \"comm_ready_to_restored_s\": ", JsonNumber(r.comm_ready_to_restored_s()),
+                      ", \"restored_to_first_step_s\": ", JsonNumber(r.restored_to_first_step_s()),
+                      ", \"total_to_first_step_s\": ", JsonNumber(r.total_to_first_step_s()), "}");
     } else {
       out += "null";
     }

@@ -125,7 +125,14 @@ TEST(StatusTable, NodesAndRanks) {
   st.set_server_store_budget(1 << 30);
   t = FormatStatusTable(st);
   EXPECT_THAT(t, HasSubstr("LAST_RESTART"));
-  EXPECT_THAT(t, ::testing::ContainsRegex("1 +worker_failed +3 +0\\.250 +0\\.050 +0\\.125 +0\\.075"));
+  EXPECT_THAT(t, ::testing::ContainsRegex("1 +worker_failed +3 +0\\.250 +0\\.050 +0\\.125 +0\\.075 +- +- +- +-"))
+      << "the workers' part is '-' until every worker made its first step";
+  last->set_started_to_comm_ready_s(0.5);
+  last->set_comm_ready_to_restored_s(0.125);
+  last->set_restored_to_first_step_s(0.0625);
+  last->set_total_to_first_step_s(0.9375);
+  t = FormatStatusTable(st);
+  EXPECT_THAT(t, ::testing::ContainsRegex("0\\.075 +0\\.500 +0\\.125 +0\\.062 +0\\.938"));
   EXPECT_THAT(t, HasSubstr("server store: 1.0 of 1024.0 MiB"));
 }
 

@@ -102,6 +102,19 @@ class ElasticTrainTest(unittest.TestCase):
         failed = [e for e in ev_b if e["event"] == "worker_failed"]
         self.assertEqual(len(failed), 1, ev_b)
         self.assertIn("SIGKILL", failed[0]["status"])
+        # Node B's whole restart, from the kill's detection to every local
+        # worker's first step: its phases add up to the total, and the total
+        # is what the event log's own clock says (within 10%, + 50 ms for the
+        # time between a worker's event and the line's write).
+        done = [e for e in ev_b if e["event"] == "restart_completed"]
+        self.assertEqual(len(done), 1, ev_b)
+        d = done[0]
+        parts = (d["detected_to_stopped_s"] + d["stopped_to_joined_s"] + d["joined_to_started_s"] +
+                 d["started_to_comm_ready_s"] + d["comm_ready_to_restored_s"] + d["restored_to_first_step_s"])
+        self.assertAlmostEqual(parts, d["total_s"], places=5)
+        measured = d["time"] - failed[0]["time"]
+        self.assertLessEqual(abs(measured - d["total_s"]), 0.1 * measured + 0.05, (measured, d))
+        self.assertGreater(d["comm_ready_to_restored_s"] + d["restored_to_first_step_s"], 0, d)
         for ev in (ev_a, ev_b):
             self.assertEqual((ev[-1]["event"], ev[-1]["exit_code"]), ("finished", 0))
         self.assertGreater(m["resumed_from_step"], 0, "the restarted group resumed from a checkpoint")

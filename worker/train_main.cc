@@ -231,6 +231,7 @@ int Run(const Flags& flags, Reporting& reporting) {
     return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(*kind)));
   }
   startup.communicator = MonotonicSeconds() - comm_at;
+  if (heartbeat.has_value()) heartbeat->OnCommunicatorReady();
   if (startup.before_main >= 0) startup.total = startup.before_main + MonotonicSeconds() - main_at;
 
   Observers observers;

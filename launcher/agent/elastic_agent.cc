@@ -66,6 +66,12 @@ std::string NewNodeSecret() {
 
 ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
   host_ = o_.node.host();
+  // A worker's start-up event wakes the monitor loop, so a restart's
+  // phases are recorded when the last worker makes its first step.
+  if (o_.progress != nullptr && o_.processes != nullptr) {
+    ProcessLauncher* processes = o_.processes;
+    o_.progress->SetOnStartupEvent([processes] { processes->Wakeup(); });
+  }
 }
 
 ElasticAgent::~ElasticAgent() {
@@ -74,6 +80,7 @@ ElasticAgent::~ElasticAgent() {
   // before the agent goes).
   cancelled_->store(true);
   for (std::thread& t : unfinished_) t.join();
+  if (o_.progress != nullptr) o_.progress->SetOnStartupEvent(nullptr);
 }
 
 bool ElasticAgent::IsStopSignal(int signo) const {
@@ -234,6 +241,7 @@ bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
 
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   for (;;) {
+    RecordWorkerStartup();
     const absl::Time now = o_.clock->Now();
     std::vector<WorkerView> views;
     for (const Worker& w : workers_) {
@@ -499,11 +507,42 @@ void ElasticAgent::RecordRestartPhases(const rdzv::v1::Assignment& a) {
     phases.set_stopped_to_joined_s(s(r.joined - r.stopped));
     phases.set_joined_to_started_s(s(started - r.joined));
     o_.progress->SetLastRestart(phases);
+    // The workers' part follows when every one has made its first step.
+    startup_pending_ = PendingStartup{phases, r.detected, started};
   }
   restart_.reset();
 }
 
+void ElasticAgent::RecordWorkerStartup() {
+  if (!startup_pending_.has_value() || o_.progress == nullptr) return;
+  const std::optional<GroupStartup> g = o_.progress->Startup();
+  if (!g.has_value()) return;
+  PendingStartup p = *std::move(startup_pending_);
+  startup_pending_.reset();
+  auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
+  p.phases.set_started_to_comm_ready_s(s(g->comm_ready - p.started));
+  p.phases.set_comm_ready_to_restored_s(s(g->restored - g->comm_ready));
+  p.phases.set_restored_to_first_step_s(s(g->first_step - g->restored));
+  p.phases.set_total_to_first_step_s(s(g->first_step - p.detected));
+  o_.progress->SetLastRestart(p.phases);
+  Event("restart_completed",
+        {{"cause", p.phases.cause()}, {"round", p.phases.round()},
+         {"detected_to_stopped_s", p.phases.detected_to_stopped_s()},
+         {"stopped_to_joined_s", p.phases.stopped_to_joined_s()},
+         {"joined_to_started_s", p.phases.joined_to_started_s()},
+         {"started_to_comm_ready_s", p.phases.started_to_comm_ready_s()},
+         {"comm_ready_to_restored_s", p.phases.comm_ready_to_restored_s()},
+         {"restored_to_first_step_s", p.phases.restored_to_first_step_s()},
+         {"total_s", p.phases.total_to_first_step_s()}});
+  spdlog::info("restart ({}) to every worker's first step: {:.3f} s (launcher {:.3f} s, communicator {:.3f} s, "
+               "checkpoint {:.3f} s, first step {:.3f} s)",
+               p.phases.cause(), p.phases.total_to_first_step_s(), p.phases.total_s(),
+               p.phases.started_to_comm_ready_s(), p.phases.comm_ready_to_restored_s(),
+               p.phases.restored_to_first_step_s());
+}
+
 void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
+  startup_pending_.reset();
   Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
                          {"group_world_size", int64_t{a.group_world_size()}},
                          {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},

@@ -195,6 +195,10 @@ class ElasticAgent {
   std::optional<rdzv::v1::Assignment> JoinRound();
   void BeginRound(const rdzv::v1::Assignment& a);
   void RecordRestartPhases(const rdzv::v1::Assignment& a);
+  // The workers' part of the last restart, once every worker has made its
+  // first step (from the progress board): a restart_completed event, the
+  // log line and the keep-alive's RestartPhases.
+  void RecordWorkerStartup();
   Stopped Stop(const rdzv::v1::Assignment& a, const MonitorResult& m);
   Stopped StopOnSignal(int signo);
   Stopped StopAfterSuccess(const rdzv::v1::Assignment& a);
@@ -214,6 +218,12 @@ class ElasticAgent {
   int exit_sequence_ = 0;
   std::string host_;
   std::optional<PendingRestart> restart_;
+  // A restart whose workers have not all made their first step yet.
+  struct PendingStartup {
+    rdzv::v1::RestartPhases phases;  // the launcher's part, filled
+    absl::Time detected, started;
+  };
+  std::optional<PendingStartup> startup_pending_;
   RunState run_;
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.
   std::vector<std::thread> unfinished_;

@@ -144,6 +144,57 @@ TEST_F(AgentTest, EventsOfARestartAddUpPhaseByPhase) {
   EXPECT_NEAR(last->total_s(), total, 1e-6);
 }
 
+TEST_F(AgentTest, TheWorkersStartUpPhasesCompleteTheRestartsBreakdown) {
+  o_.max_restarts = 1;
+  int starts = 0;
+  processes_.on_start = [this, &starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    // The first group: local rank 1 fails after 2 s. The second group's
+    // workers report their start-up (local rank 1 a second later each
+    // time), then succeed.
+    if (++starts <= 2) {
+      if (starts == 2) p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(4));
+      return;
+    }
+    const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    auto event = [this, lr, pid = s.pid](agent::v1::WorkerEvent::Kind kind) {
+      return [this, lr, pid, kind] {
+        agent::v1::WorkerEvent e;
+        e.set_local_rank(lr);
+        e.set_pid(pid);
+        e.set_kind(kind);
+        ASSERT_TRUE(board_.RecordEvent(e).ok());
+      };
+    };
+    const absl::Duration late = absl::Seconds(lr);
+    p.CallAt(s.time + absl::Milliseconds(100), event(agent::v1::WorkerEvent::STARTED));
+    p.CallAt(s.time + absl::Seconds(1) + late, event(agent::v1::WorkerEvent::COMMUNICATOR_READY));
+    if (lr == 0) p.CallAt(s.time + absl::Seconds(3), event(agent::v1::WorkerEvent::RESUMED));
+    p.CallAt(s.time + absl::Seconds(4) + late, event(agent::v1::WorkerEvent::FIRST_STEP));
+    p.ExitAt(s.pid, s.time + absl::Seconds(8), ExitStatus::Exited(0));  // within --worker_timeout
+  };
+  ASSERT_EQ(Run().exit_code, 0);
+  std::map<std::string, EventValue> restart, completed;
+  for (const auto& [name, fields] : events_.events()) {
+    if (name == "restart") restart = {fields.begin(), fields.end()};
+    if (name == "restart_completed") completed = {fields.begin(), fields.end()};
+  }
+  ASSERT_FALSE(completed.empty()) << "every worker made its first step";
+  auto d = [&completed](const char* key) { return std::get<double>(completed.at(key)); };
+  // The slowest local rank in each phase: rank 1's communicator at 2 s, rank
+  // 0's checkpoint at 3 s, rank 1's first step at 5 s after the start.
+  EXPECT_NEAR(d("started_to_comm_ready_s"), 2.0, 1e-6);
+  EXPECT_NEAR(d("comm_ready_to_restored_s"), 1.0, 1e-6);
+  EXPECT_NEAR(d("restored_to_first_step_s"), 2.0, 1e-6);
+  const double launcher = std::get<double>(restart.at("total_s"));
+  EXPECT_NEAR(d("detected_to_stopped_s") + d("stopped_to_joined_s") + d("joined_to_started_s"), launcher, 1e-6);
+  EXPECT_NEAR(launcher + d("started_to_comm_ready_s") + d("comm_ready_to_restored_s") + d("restored_to_first_step_s"),
+              d("total_s"), 1e-6)
+      << "the phases add up to the total, from the failure's detection to the last first step";
+  auto last = board_.LastRestart();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_NEAR(last->total_to_first_step_s(), d("total_s"), 1e-6) << "the keep-alives carry it";
+}
+
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
   o_.max_restarts = 2;
   ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(3), /*only=*/1);

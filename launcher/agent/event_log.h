@@ -9,11 +9,16 @@
 //                   checkpoint; from its RESUMED event)
 //   worker_reported_failure rank, local_rank, pid, message (its FAILED event)
 //   round_ended     round, reason (a node lost, left, joined, ...)
-//   restart         cause (worker_failed | membership), round,
+//   restart         cause (worker_failed | membership), round, from_round,
 //                   restart_count, max_restarts, counted,
 //                   detected_to_stopped_s, stopped_to_joined_s,
 //                   joined_to_started_s, total_s (the launcher's part of the
 //                   restart, measured from the failure's detection)
+//   restart_completed cause, round, the restart's phases as above plus
+//                   started_to_comm_ready_s, comm_ready_to_restored_s,
+//                   restored_to_first_step_s, and total_s from the
+//                   failure's detection to every local worker's first step
+//                   (only for workers that send start-up events: train)
 //   exit_barrier    round
 //   finished        exit_code, reason
 // The real log appends lines to a file (O_APPEND, one write each), and

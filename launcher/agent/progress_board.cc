@@ -1,6 +1,9 @@
 // The progress board.
 #include "launcher/agent/progress_board.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace cpptorchrun::launcher {
@@ -29,7 +32,7 @@ bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
 absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
   using Kind = agent::v1::WorkerEvent;
   if (e.kind() != Kind::STARTED && e.kind() != Kind::RESUMED && e.kind() != Kind::FINISHED &&
-      e.kind() != Kind::FAILED) {
+      e.kind() != Kind::FAILED && e.kind() != Kind::COMMUNICATOR_READY && e.kind() != Kind::FIRST_STEP) {
     return absl::InvalidArgumentError("event kind unspecified");
   }
   const absl::Time now = clock_->Now();
@@ -46,9 +49,17 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
     switch (e.kind()) {
       case Kind::STARTED:
         if (!r.last_heartbeat.has_value()) r.last_heartbeat = now;
+        r.started_at = now;
+        break;
+      case Kind::COMMUNICATOR_READY:
+        r.comm_ready_at = now;
+        break;
+      case Kind::FIRST_STEP:
+        r.first_step_at = now;
         break;
       case Kind::RESUMED:
         r.resumed_step = e.step();
+        r.resumed_at = now;
         break;
       case Kind::FINISHED:
         r.finished = true;
@@ -57,6 +68,11 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
         r.failure = e.message().substr(0, 4096);
         break;
     }
+  }
+  if (e.kind() == Kind::STARTED || e.kind() == Kind::COMMUNICATOR_READY || e.kind() == Kind::RESUMED ||
+      e.kind() == Kind::FIRST_STEP) {
+    absl::MutexLock lock(&on_event_mu_);
+    if (on_startup_event_) on_startup_event_();
   }
   if (events_ != nullptr && e.kind() == Kind::RESUMED) {
     events_->Record("worker_resumed", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
@@ -67,6 +83,28 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
                                                 {"pid", e.pid()}, {"message", e.message().substr(0, 4096)}});
   }
   return absl::OkStatus();
+}
+
+std::optional<GroupStartup> ProgressBoard::Startup() const {
+  absl::MutexLock lock(&mu_);
+  if (pids_.empty()) return std::nullopt;
+  GroupStartup g{absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast()};
+  for (size_t lr = 0; lr < pids_.size(); ++lr) {
+    auto it = reports_.find(static_cast<int>(lr));
+    if (it == reports_.end() || !it->second.first_step_at.has_value() || !it->second.comm_ready_at.has_value()) {
+      return std::nullopt;
+    }
+    const RankReport& r = it->second;
+    g.comm_ready = std::max(g.comm_ready, *r.comm_ready_at);
+    g.restored = std::max(g.restored, r.resumed_at.value_or(*r.comm_ready_at));
+    g.first_step = std::max(g.first_step, *r.first_step_at);
+  }
+  return g;
+}
+
+void ProgressBoard::SetOnStartupEvent(std::function<void()> fn) {
+  absl::MutexLock lock(&on_event_mu_);
+  on_startup_event_ = std::move(fn);
 }
 
 void ProgressBoard::RequestStop() {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,6 +33,15 @@ struct RankReport {
   bool finished = false;                     // sent FINISHED: silence is expected
   int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
   std::string failure;                       // FAILED: the worker's own message
+  // When the start-up events came (the board's clock); none yet.
+  std::optional<absl::Time> started_at, comm_ready_at, resumed_at, first_step_at;
+};
+
+// A group's start-up, once every current worker has made its first step:
+// for each phase the latest local rank's time. A worker that restored no
+// checkpoint counts as restored when its communicator was ready.
+struct GroupStartup {
+  absl::Time comm_ready, restored, first_step;
 };
 
 // Thread-safe.
@@ -55,6 +65,15 @@ class ProgressBoard {
   // unspecified kind, FailedPrecondition for a foreign sender.
   absl::Status RecordEvent(const agent::v1::WorkerEvent& event);
 
+  // The group's start-up phases, once every current worker has sent
+  // FIRST_STEP (and COMMUNICATOR_READY before it); nullopt until then, or
+  // for workers that send no events (Python scripts).
+  std::optional<GroupStartup> Startup() const;
+
+  // Called (outside the board's lock) after each start-up event, so that a
+  // waiting agent looks at once; null: nobody. Thread-safe.
+  void SetOnStartupEvent(std::function<void()> fn);
+
   // The group is being stopped: heartbeat answers say stop_requested until
   // the next Reset.
   void RequestStop();
@@ -77,6 +96,9 @@ class ProgressBoard {
   EventLog* events_;
   mutable absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  // Its own lock: it is called outside mu_, and cleared while a call may run.
+  absl::Mutex on_event_mu_;
+  std::function<void()> on_startup_event_ ABSL_GUARDED_BY(on_event_mu_);
   std::vector<int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);
   std::optional<rdzv::v1::RestartPhases> last_restart_ ABSL_GUARDED_BY(mu_);

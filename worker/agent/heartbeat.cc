@@ -94,13 +94,27 @@ HeartbeatReporter::~HeartbeatReporter() {
 }
 
 void HeartbeatReporter::OnStep(const StepReport& report) {
-  absl::MutexLock lock(&mu_);
-  latest_.set_epoch(report.epoch);
-  latest_.set_step(report.global_step);
-  latest_.set_total_steps(report.total_steps);
-  latest_.set_loss(report.loss);
-  latest_.set_samples_per_s(report.samples_per_s);
-  last_progress_ = options_.now();
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    latest_.set_epoch(report.epoch);
+    latest_.set_step(report.global_step);
+    latest_.set_total_steps(report.total_steps);
+    latest_.set_loss(report.loss);
+    latest_.set_samples_per_s(report.samples_per_s);
+    last_progress_ = options_.now();
+    first = !first_step_sent_;
+    first_step_sent_ = true;
+  }
+  if (first) SendEvent(agent_pb::WorkerEvent::FIRST_STEP, report.global_step, "");
+}
+
+void HeartbeatReporter::OnCommunicatorReady() {
+  {
+    absl::MutexLock lock(&mu_);
+    last_progress_ = options_.now();
+  }
+  SendEvent(agent_pb::WorkerEvent::COMMUNICATOR_READY, 0, "");
 }
 
 void HeartbeatReporter::OnResumed(int64_t global_step) {

@@ -79,6 +79,8 @@ class HeartbeatReporter final : public TrainObserver {
 
   void OnStep(const StepReport& report) override;
   void OnResumed(int64_t global_step) override;
+  // Sends COMMUNICATOR_READY (the launcher times a restart's phases by it).
+  void OnCommunicatorReady();
   void OnFinished(const TrainMetrics& metrics) override;
   // Reports a failure (from main's error path); `message` is the error.
   void Failed(const std::string& message);
@@ -102,6 +104,7 @@ class HeartbeatReporter final : public TrainObserver {
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool first_step_sent_ ABSL_GUARDED_BY(mu_) = false;
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;

@@ -59,10 +59,15 @@ TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
   options.pid = 99;
   {
     HeartbeatReporter reporter(&agent, options);
+    reporter.OnCommunicatorReady();
     reporter.OnResumed(40);
     StepReport step;
     step.global_step = 41;
     step.loss = 0.25;
+    reporter.OnStep(step);
+    step.global_step = 42;
+    reporter.OnStep(step);  // not a first step: no event
+    step.global_step = 41;
     reporter.OnStep(step);
     // The third ack asks to stop; the reporter records an ack before it
     // sends the next beat, so after a fourth beat the request is recorded.
@@ -75,10 +80,13 @@ TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
   EXPECT_EQ(agent.beats.back().pid(), 99);
   EXPECT_EQ(agent.beats.back().step(), 41);
   EXPECT_DOUBLE_EQ(agent.beats.back().loss(), 0.25);
-  ASSERT_EQ(agent.events.size(), 3u);
+  // The phases of a (re)start, in order, then the end.
+  ASSERT_EQ(agent.events.size(), 5u);
   EXPECT_EQ(agent.events[0].first, pb::WorkerEvent::STARTED);
-  EXPECT_EQ(agent.events[1], std::make_pair(pb::WorkerEvent::RESUMED, int64_t{40}));
-  EXPECT_EQ(agent.events[2].first, pb::WorkerEvent::FINISHED);
+  EXPECT_EQ(agent.events[1].first, pb::WorkerEvent::COMMUNICATOR_READY);
+  EXPECT_EQ(agent.events[2], std::make_pair(pb::WorkerEvent::RESUMED, int64_t{40}));
+  EXPECT_EQ(agent.events[3], std::make_pair(pb::WorkerEvent::FIRST_STEP, int64_t{41}));
+  EXPECT_EQ(agent.events[4].first, pb::WorkerEvent::FINISHED);
 }
 
 TEST(Heartbeat, FailedCarriesTheErrorAndTheLastStep) {
@@ -93,9 +101,9 @@ TEST(Heartbeat, FailedCarriesTheErrorAndTheLastStep) {
     reporter.Failed("absl::Status(UNAVAILABLE): peer gone");
   }
   absl::MutexLock lock(&agent.mu);
-  ASSERT_EQ(agent.events.size(), 2u);
-  EXPECT_EQ(agent.events[1], std::make_pair(pb::WorkerEvent::FAILED, int64_t{12}));
-  EXPECT_EQ(agent.messages[1], "absl::Status(UNAVAILABLE): peer gone");
+  ASSERT_EQ(agent.events.size(), 3u);  // STARTED, FIRST_STEP, FAILED
+  EXPECT_EQ(agent.events[2], std::make_pair(pb::WorkerEvent::FAILED, int64_t{12}));
+  EXPECT_EQ(agent.messages[2], "absl::Status(UNAVAILABLE): peer gone");
 }
 
 // An agent that is never reached: every call fails.
