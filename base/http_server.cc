@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "httplib.h"
 
 namespace cpptorchrun::base {
@@ -250,6 +251,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   }
   server->port_ = port;
   server->listener_ = std::thread([self] { self->server_->listen_after_bind(); });
+  // cpp-httplib's stop() does nothing until its loop runs: wait for it
+  // (bounded), so that a Shutdown right after Start cannot be lost.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!self->server_->is_running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
   return server;
 }
 
@@ -270,8 +275,9 @@ HttpResponse HttpServer::Dispatch(const HttpRequest& request) const {
   const HttpHandler* best = nullptr;
   size_t best_length = 0;
   for (const auto& [route, handler] : routes_) {
-    const bool match = route == request.path ||
-                       (!route.empty() && route.back() == '/' && absl::StartsWith(request.path, route));
+    const bool prefix = !route.empty() && route.back() == '*';
+    const absl::string_view stem = prefix ? absl::string_view(route).substr(0, route.size() - 1) : route;
+    const bool match = prefix ? absl::StartsWith(request.path, stem) : route == request.path;
     if (match && route.size() >= best_length) {
       best = &handler;
       best_length = route.size();

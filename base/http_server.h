@@ -86,7 +86,8 @@ std::string HtmlEscape(absl::string_view text);
 
 class HttpServer {
  public:
-  // Routes: a path, or a prefix ending in '/' (the longest match wins).
+  // Routes: a path, or a prefix written with a trailing '*' ("/run/*";
+  // the longest match wins).
   // Unknown paths: 404; other methods: 405. Errors: InvalidArgument
   // (a bad option), NotFound (TLS files), Unavailable (cannot bind).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(

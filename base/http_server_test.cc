@@ -45,7 +45,7 @@ class HttpServerTest : public ::testing::Test {
                      r.body = "m 1\n";
                      return r;
                    }},
-                  {"/run/", [](const HttpRequest& req) {
+                  {"/run/*", [](const HttpRequest& req) {
                      HttpResponse r;
                      r.body = req.path.substr(5);
                      return r;

@@ -36,6 +36,7 @@
 #include "base/clock.h"
 #include "rendezvous/held_calls.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/rules.h"
 #include "rendezvous/scoped_store.h"
 #include "rendezvous/signing.h"
@@ -82,6 +83,13 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   // Counters for tests and the benchmark. Thread-safe.
   int HeldCalls();
+
+  // What Prometheus and the job page read: values copied under the lock
+  // (bounded by `bounds`: the most recently active runs first), to be
+  // rendered by the caller without it. Thread-safe.
+  ServiceSnapshot MetricsSnapshot(const MetricsBounds& bounds);
+  // The run's status as RunStatus answers it (NotFound: unknown). Thread-safe.
+  absl::Status RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -144,6 +152,12 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     int64_t logged_round = 0;
     bool logged_ended = true;
     bool logged_closed = false;
+    // For metrics: rounds completed, when the standing one completed, and
+    // the restarts the nodes reported (by cause; each node's last one seen).
+    int64_t rounds_completed = 0;
+    absl::Time round_started;
+    std::map<std::string, int64_t> restarts;
+    absl::flat_hash_map<std::string, int64_t> restart_rounds;  // node id -> round counted
   };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 
@@ -210,6 +224,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void RememberClosed(const std::string& run_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
+  // Counts the restart `node_id`'s keep-alive reported, once per node and round.
+  void CountRestart(Run* run, const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses a Join in `node_id`'s name with another secret than its first;
   // records the first.
   absl::Status CheckNodeSecret(Run* run, const std::string& node_id, const std::string& secret)
@@ -240,6 +256,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Every held call, by its long-poll deadline (qualified: HeldCalls() is
   // also a method's name).
   ::cpptorchrun::rdzv::HeldCalls held_ ABSL_GUARDED_BY(mu_);
+  // Server-wide counters for metrics.
+  int64_t node_joins_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t node_losses_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> round_ends_ ABSL_GUARDED_BY(mu_);
+  base::prom::BucketCounts round_duration_{RoundDurationBuckets()};
   std::thread timer_;
 };
 
