@@ -218,8 +218,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                         req.get_header_value("Cookie"))) {
       HttpResponse denied;
       denied.status = 401;
-      denied.body = "unauthorized: send \"Authorization: Bearer <token>\", or log in at /login\n";
       denied.headers.emplace_back("WWW-Authenticate", "Bearer");
+      if (absl::StrContains(req.get_header_value("Accept"), "text/html")) {
+        // A browser: the login form, which comes back here once logged in.
+        denied.content_type = "text/html; charset=utf-8";
+        denied.body = LoginForm(SafeRedirect(request.path), false);
+      } else {
+        denied.body = "unauthorized: send \"Authorization: Bearer <token>\", or log in at /login\n";
+      }
       Apply(denied, &res);
       return;
     }

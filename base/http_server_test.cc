@@ -68,6 +68,10 @@ TEST_F(HttpServerTest, TokenGuardsEveryRoute) {
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->body, "m 1\n");
   EXPECT_EQ(res->get_header_value("X-Content-Type-Options"), "nosniff");
+  // A browser without the token gets the login form, which returns it here.
+  res = client_->Get("/run/abc", {{"Accept", "text/html,*/*"}});
+  EXPECT_EQ(res->status, 401);
+  EXPECT_NE(res->body.find("name=\"next\" value=\"/run/abc\""), std::string::npos) << res->body;
   // Unknown paths are 404 only to those who hold the token.
   EXPECT_EQ(client_->Get("/nope")->status, 401);
   EXPECT_EQ(client_->Get("/nope", {{"Authorization", "Bearer s3cret"}})->status, 404);

@@ -39,7 +39,7 @@ std::string JsonString(absl::string_view text) {
   return out;
 }
 
-std::string RunStatusJson(const v1::RunStatusResponse& s) {
+std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory& history) {
   std::string out = absl::StrCat(
       "{\"run_id\":", JsonString(s.run_id()), ",\"state\":\"", StateName(s.state()),
       "\",\"round\":", s.round(), ",\"version\":", s.version(),
@@ -82,7 +82,18 @@ std::string RunStatusJson(const v1::RunStatusResponse& s) {
     absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", JsonString(s.waiting(i).node_id()),
                     ",\"host\":", JsonString(s.waiting(i).host()), "}");
   }
-  absl::StrAppend(&out, "],\"world_size\":", world, "}");
+  absl::StrAppend(&out, "],\"world_size\":", world, ",\"history\":{");
+  bool first_rank = true;
+  for (const auto& [rank, points] : history) {
+    absl::StrAppend(&out, first_rank ? "" : ",", "\"", rank, "\":[");
+    first_rank = false;
+    for (size_t i = 0; i < points.size(); ++i) {
+      absl::StrAppend(&out, i ? "," : "", "[", points[i].step, ",", Number(points[i].loss), ",",
+                      Number(points[i].samples_per_s), "]");
+    }
+    out += "]";
+  }
+  out += "}}";
   return out;
 }
 
@@ -186,7 +197,15 @@ function drawChart(svg, key) {
   label.textContent = 'max ' + maxY.toPrecision(3) + ', steps 0..' + maxStep;
   svg.appendChild(label);
 }
+function mergeHistory(s) {
+  for (const rank of Object.keys(s.history || {})) {
+    const points = s.history[rank].map(p => ({step: p[0], loss: p[1], speed: p[2]}));
+    const local = (history[rank] || []).filter(p => !points.length || p.step > points[points.length - 1].step);
+    history[rank] = points.concat(local);
+  }
+}
 function renderRun(s) {
+  mergeHistory(s);
   document.getElementById('state').textContent = s.state;
   document.getElementById('round').textContent = s.round;
   document.getElementById('world').textContent = s.world_size;

@@ -27,8 +27,9 @@ std::string JsonString(absl::string_view text);
 //   "last_restart": {"cause", "round", "total_s", ...} | null,
 //   "ranks": [{"rank", "local_rank", "epoch", "step", "total_steps",
 //              "loss", "samples_per_s", "heartbeat_age_ms"}]}],
-//  "waiting": [{"node_id", "host"}], "closed_reason", "store_bytes"}
-std::string RunStatusJson(const v1::RunStatusResponse& status);
+//  "waiting": [{"node_id", "host"}], "closed_reason", "store_bytes",
+//  "history": {"<rank>": [[step, loss, samples_per_s], ...]}}
+std::string RunStatusJson(const v1::RunStatusResponse& status, const ProgressHistory& history = {});
 
 // {"runs": [{"run_id", "state", "round", "nodes", "world_size",
 //  "restarts"}], "not_shown": N}

@@ -32,13 +32,14 @@ TEST(JobPageTest, RunStatusJsonHasNodesRanksAndRestarts) {
   r->set_rank(1);
   r->set_step(40);
   r->set_loss(0.5);
-  const std::string json = RunStatusJson(s);
+  const std::string json = RunStatusJson(s, {{1, {{10, 0.75, 100}, {20, 0.5, 110}}}});
   EXPECT_NE(json.find("\"run_id\":\"job\\u003c1\\u003e\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"state\":\"active\",\"round\":3"), std::string::npos);
   EXPECT_NE(json.find("\"last_restart\":{\"cause\":\"worker_failed\",\"round\":3,\"total_s\":0.75"),
             std::string::npos);
   EXPECT_NE(json.find("{\"rank\":1,\"local_rank\":0,\"epoch\":0,\"step\":40"), std::string::npos);
-  EXPECT_NE(json.find("\"world_size\":2}"), std::string::npos);
+  EXPECT_NE(json.find("\"world_size\":2,\"history\":{\"1\":[[10,0.75,100],[20,0.5,110]]}}"), std::string::npos)
+      << json;
   EXPECT_EQ(json.find('<'), std::string::npos);
 }
 

@@ -45,6 +45,16 @@ std::string RestartCause(absl::string_view cause) {
   return "other";
 }
 
+void AddProgressPoint(const ProgressPoint& point, std::vector<ProgressPoint>* points) {
+  if (!points->empty() && points->back().step == point.step) return;
+  if (static_cast<int>(points->size()) >= kHistoryPoints) {
+    size_t kept = 0;
+    for (size_t i = 0; i < points->size(); i += 2) (*points)[kept++] = (*points)[i];
+    points->resize(kept);
+  }
+  points->push_back(point);
+}
+
 std::vector<double> RoundDurationBuckets() {
   return {1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 24 * 3600};
 }

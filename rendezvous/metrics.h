@@ -56,6 +56,20 @@ struct RunSample {
   int64_t store_keys = 0, store_bytes = 0;
 };
 
+// A rank's progress over time, as the job page draws it: the service keeps
+// up to kHistoryPoints points for each of a run's first kHistoryRanks
+// ranks, halving their resolution when full (so the whole run stays drawn).
+struct ProgressPoint {
+  int64_t step = 0;
+  double loss = 0, samples_per_s = 0;
+};
+using ProgressHistory = std::map<int32_t, std::vector<ProgressPoint>>;
+inline constexpr int kHistoryRanks = 64;
+inline constexpr int kHistoryPoints = 256;
+// Adds `point` to `points` unless its step is the last one's; when full,
+// keeps every other point first.
+void AddProgressPoint(const ProgressPoint& point, std::vector<ProgressPoint>* points);
+
 // The service's part, all of it values.
 struct ServiceSnapshot {
   int runs = 0;  // every run held (exported or not)

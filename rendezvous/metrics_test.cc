@@ -65,6 +65,18 @@ TEST(RdzvMetricsTest, SnapshotRendersEveryFamily) {
   EXPECT_EQ(text.find("\n<script>"), std::string::npos);
 }
 
+TEST(RdzvMetricsTest, ProgressHistoryIsBoundedAndKeepsTheWholeRun) {
+  std::vector<ProgressPoint> points;
+  AddProgressPoint({1, 1.0, 10}, &points);
+  AddProgressPoint({1, 0.9, 10}, &points);  // same step: ignored
+  EXPECT_EQ(points.size(), 1u);
+  for (int step = 2; step <= 10 * kHistoryPoints; ++step) AddProgressPoint({step, 1.0 / step, 10}, &points);
+  EXPECT_LE(static_cast<int>(points.size()), kHistoryPoints);
+  EXPECT_GE(static_cast<int>(points.size()), kHistoryPoints / 2);
+  EXPECT_EQ(points.front().step, 1);
+  EXPECT_EQ(points.back().step, 10 * kHistoryPoints);
+}
+
 TEST(RdzvMetricsTest, RpcsByMethodAndCode) {
   RpcMetrics rpcs;
   rpcs.Record("/cpptorchrun.rdzv.v1.Rendezvous/Join", 0, 0.002);

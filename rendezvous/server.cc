@@ -229,11 +229,12 @@ std::vector<std::pair<std::string, base::HttpHandler>> RendezvousServer::Operato
   routes.emplace_back("/api/run/*", [this](const base::HttpRequest& request) {
     const std::string run_id = request.path.substr(std::string("/api/run/").size());
     v1::RunStatusResponse status;
-    absl::Status found = service_->RunStatusOf(run_id, &status);
+    ProgressHistory history;
+    absl::Status found = service_->RunStatusOf(run_id, &status, &history);
     if (!found.ok()) {
       return Body("application/json", absl::StrCat("{\"error\":", JsonString(found.message()), "}"), 404);
     }
-    return Body("application/json", RunStatusJson(status));
+    return Body("application/json", RunStatusJson(status, history));
   });
   return routes;
 }

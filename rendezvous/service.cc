@@ -194,10 +194,15 @@ void RendezvousService::CountRestart(Run* run, const std::string& node_id) {
   ++run->restarts[RestartCause(last.cause())];
 }
 
-absl::Status RendezvousService::RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response) {
+absl::Status RendezvousService::RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
+                                            ProgressHistory* history) {
   v1::RunStatusRequest request;
   request.set_run_id(run_id);
   absl::MutexLock lock(&mu_);
+  if (history != nullptr) {
+    auto it = runs_.find(run_id);
+    if (it != runs_.end()) *history = it->second->history;
+  }
   return FillRunStatus(request, response);
 }
 
@@ -716,6 +721,10 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     const bool trusted = issued || (run->unsigned_round != 0 && assignment.round() == run->unsigned_round);
     *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request, trusted);
     CountRestart(run, request->node_id());
+    for (const v1::RankProgress& p : request->progress()) {
+      if (p.rank() < 0 || p.rank() >= kHistoryRanks || p.step() <= 0) continue;
+      AddProgressPoint({p.step(), p.loss(), p.samples_per_s()}, &run->history[p.rank()]);
+    }
     Settle(run, {}, "", finishes);
     return absl::OkStatus();
   });

@@ -88,8 +88,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // (bounded by `bounds`: the most recently active runs first), to be
   // rendered by the caller without it. Thread-safe.
   ServiceSnapshot MetricsSnapshot(const MetricsBounds& bounds);
-  // The run's status as RunStatus answers it (NotFound: unknown). Thread-safe.
-  absl::Status RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response);
+  // The run's status as RunStatus answers it, and its ranks' progress
+  // history (may be null); NotFound: unknown. Thread-safe.
+  absl::Status RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
+                           ProgressHistory* history = nullptr);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -158,6 +160,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     absl::Time round_started;
     std::map<std::string, int64_t> restarts;
     absl::flat_hash_map<std::string, int64_t> restart_rounds;  // node id -> round counted
+    ProgressHistory history;  // ranks below kHistoryRanks, for the job page
   };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 

@@ -97,3 +97,45 @@ class Prometheus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+
+
+class Chromium:
+    """Debian's headless chromium, one page load at a time, with a profile
+    of its own in `work` (removed with it)."""
+
+    def __init__(self, host, work):
+        self.binary = need("chromium")
+        self.host = host
+        self.work = work
+        self.profile = os.path.join(work, "chromium-profile")
+        self.count = 0
+
+    def _run(self, extra, url, timeout=60):
+        self.count += 1
+        out = os.path.join(self.work, "chromium-%d.out" % self.count)
+        proc = self.host.spawn(
+            [self.binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--no-first-run", "--disable-extensions", "--disable-background-networking",
+             "--user-data-dir=" + self.profile, "--virtual-time-budget=4000"] + extra + [url],
+            log=out, env={"HOME": self.work})
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+            raise AssertionError("chromium did not finish %s within %ds" % (url, timeout))
+        with open(out, errors="replace") as f:
+            return proc.returncode, f.read()
+
+    def dom(self, url):
+        """The page's DOM after its scripts ran (as --dump-dom prints it)."""
+        code, text = self._run(["--dump-dom"], url)
+        if code != 0 or "<html" not in text:
+            raise AssertionError("chromium --dump-dom %s exited %d:\n%s" % (url, code, text[-3000:]))
+        return text[text.index("<html"):]
+
+    def screenshot(self, url, path, size="1280,1200"):
+        code, text = self._run(["--screenshot=" + path, "--window-size=" + size, "--hide-scrollbars"], url)
+        if code != 0 or not os.path.exists(path):
+            raise AssertionError("chromium --screenshot %s exited %d:\n%s" % (url, code, text[-3000:]))
+        return path
