@@ -1,6 +1,7 @@
 // RendezvousServer: gRPC server setup around the service (see server.h).
 #include "rendezvous/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -230,7 +231,8 @@ std::vector<std::pair<std::string, base::HttpHandler>> RendezvousServer::Operato
     const std::string run_id = request.path.substr(std::string("/api/run/").size());
     v1::RunStatusResponse status;
     ProgressHistory history;
-    absl::Status found = service_->RunStatusOf(run_id, &status, &history);
+    absl::Status found = service_->RunStatusOf(run_id, &status, &history,
+                                               static_cast<size_t>(std::max(metrics_bounds_.max_ranks, 0)));
     if (!found.ok()) {
       return Body("application/json", absl::StrCat("{\"error\":", JsonString(found.message()), "}"), 404);
     }

@@ -195,7 +195,7 @@ void RendezvousService::CountRestart(Run* run, const std::string& node_id) {
 }
 
 absl::Status RendezvousService::RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
-                                            ProgressHistory* history) {
+                                            ProgressHistory* history, size_t max_nodes) {
   v1::RunStatusRequest request;
   request.set_run_id(run_id);
   absl::MutexLock lock(&mu_);
@@ -203,7 +203,7 @@ absl::Status RendezvousService::RunStatusOf(const std::string& run_id, v1::RunSt
     auto it = runs_.find(run_id);
     if (it != runs_.end()) *history = it->second->history;
   }
-  return FillRunStatus(request, response);
+  return FillRunStatus(request, response, max_nodes);
 }
 
 bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
@@ -841,7 +841,7 @@ grpc::ServerUnaryReactor* RendezvousService::RunStatus(grpc::CallbackServerConte
 }
 
 absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& request,
-                                              v1::RunStatusResponse* response) {
+                                              v1::RunStatusResponse* response, size_t max_nodes) {
   response->set_run_id(request.run_id());
   auto it = runs_.find(request.run_id());
   if (it == runs_.end()) {
@@ -863,6 +863,7 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
                       : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE
                                                                         : v1::RunStatusResponse::FORMING);
   for (const ParticipantState& p : state.participants) {
+    if (static_cast<size_t>(response->nodes_size()) >= max_nodes) break;
     v1::NodeStatus* node = response->add_nodes();
     *node->mutable_participant() = p.participant;
     node->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - p.last_heard));
@@ -870,8 +871,12 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
     for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
     if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
   }
-  for (const Joiner& j : state.joiners) *response->add_waiting() = j.node;
-  for (const Joiner& j : state.spares) *response->add_waiting() = j.node;
+  for (const std::vector<Joiner>* waiting : {&state.joiners, &state.spares}) {
+    for (const Joiner& j : *waiting) {
+      if (static_cast<size_t>(response->waiting_size()) >= max_nodes) break;
+      *response->add_waiting() = j.node;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #ifndef CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 #define CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -88,10 +89,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // (bounded by `bounds`: the most recently active runs first), to be
   // rendered by the caller without it. Thread-safe.
   ServiceSnapshot MetricsSnapshot(const MetricsBounds& bounds);
-  // The run's status as RunStatus answers it, and its ranks' progress
-  // history (may be null); NotFound: unknown. Thread-safe.
+  // The run's status as RunStatus answers it but with at most `max_nodes`
+  // nodes (the first by group rank) and as many waiting, and its ranks'
+  // progress history (may be null); NotFound: unknown. Thread-safe.
   absl::Status RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
-                           ProgressHistory* history = nullptr);
+                           ProgressHistory* history = nullptr, size_t max_nodes = SIZE_MAX);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -237,8 +239,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // `node_id` is not one of them.
   absl::Status SparesFull(const Run& run, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FillRunStatus(const v1::RunStatusRequest& request,
-                             v1::RunStatusResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At most `max_nodes` nodes (and as many waiting) are copied.
+  absl::Status FillRunStatus(const v1::RunStatusRequest& request, v1::RunStatusResponse* response,
+                             size_t max_nodes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceOptions options_;
   AssignmentSigner signer_;
