@@ -231,18 +231,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     }
     Apply(self->Dispatch(request), &res);
   };
-  http.Get(".*", handle);
-  http.Post(".*", handle);
+  // Every path (cpp-httplib's patterns are regular expressions, and ".*"
+  // would not match a path holding a newline).
+  const std::string any = R"([\s\S]*)";
+  http.Get(any, handle);
+  http.Post(any, handle);
   auto refuse = [](const httplib::Request&, httplib::Response& res) {
     HttpResponse r;
     r.status = 405;
     r.body = "method not allowed\n";
     Apply(r, &res);
   };
-  http.Put(".*", refuse);
-  http.Delete(".*", refuse);
-  http.Patch(".*", refuse);
-  http.Options(".*", refuse);
+  http.Put(any, refuse);
+  http.Delete(any, refuse);
+  http.Patch(any, refuse);
+  http.Options(any, refuse);
 
   int port = options.port;
   if (port == 0) {

@@ -106,6 +106,11 @@ TEST_F(HttpServerTest, HostileRequestsAreRefused) {
   auto long_uri = client_->Get(("/run/" + std::string(10000, 'a')).c_str(), auth);
   ASSERT_TRUE(long_uri);
   EXPECT_EQ(long_uri->status, 414);
+  // A path holding a newline still goes through the token check and the router.
+  auto newline = client_->Get("/run/a%0Ab", auth);
+  ASSERT_TRUE(newline);
+  EXPECT_EQ(newline->body, "a\nb");
+  EXPECT_EQ(client_->Get("/x%0Ay")->status, 401);
   auto put = client_->Put("/metrics", auth, "x", "text/plain");
   ASSERT_TRUE(put);
   EXPECT_EQ(put->status, 405);

@@ -96,22 +96,6 @@ std::string EscapeLabelValue(absl::string_view value) {
   return out;
 }
 
-std::string ValidUtf8(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = Utf8Length(text, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(text.data() + i, n);
-      i += n;
-    }
-  }
-  return out;
-}
-
 std::string EscapeHelp(absl::string_view text) {
   std::string out;
   for (char c : text) {

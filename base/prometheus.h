@@ -46,8 +46,6 @@ bool ValidLabelName(absl::string_view name);
 // newline escaped; bytes that are not valid UTF-8 replaced by U+FFFD (the
 // format requires UTF-8, and ids come from outside).
 std::string EscapeLabelValue(absl::string_view value);
-// `text` with every byte that is not part of valid UTF-8 replaced by U+FFFD.
-std::string ValidUtf8(absl::string_view text);
 // A HELP text: backslash and newline escaped.
 std::string EscapeHelp(absl::string_view text);
 // A sample value: integers without an exponent, NaN, +Inf, -Inf, else the

@@ -5,15 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/prometheus.h"
+#include "base/json.h"
 
 namespace cpptorchrun::rdzv {
 namespace {
 
-std::string Number(double value) {
-  if (!std::isfinite(value)) return "null";
-  return base::prom::FormatValue(value);
-}
 
 const char* StateName(v1::RunStatusResponse::State state) {
   switch (state) {
@@ -26,44 +22,31 @@ const char* StateName(v1::RunStatusResponse::State state) {
 
 }  // namespace
 
-std::string JsonString(absl::string_view text) {
-  const std::string plain = base::prom::ValidUtf8(text);
-  std::string out = "\"";
-  for (unsigned char c : plain) {
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20 || c == 0x7f || c == '<' || c == '>' || c == '&') out += absl::StrFormat("\\u%04x", c);
-    else out += static_cast<char>(c);
-  }
-  out += "\"";
-  return out;
-}
-
 std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory& history) {
   std::string out = absl::StrCat(
-      "{\"run_id\":", JsonString(s.run_id()), ",\"state\":\"", StateName(s.state()),
+      "{\"run_id\":", base::JsonString(s.run_id()), ",\"state\":\"", StateName(s.state()),
       "\",\"round\":", s.round(), ",\"version\":", s.version(),
-      ",\"closed_reason\":", JsonString(s.closed_reason()), ",\"store_bytes\":", s.server_store_bytes(),
+      ",\"closed_reason\":", base::JsonString(s.closed_reason()), ",\"store_bytes\":", s.server_store_bytes(),
       ",\"options\":{\"min_nodes\":", s.options().min_nodes(), ",\"max_nodes\":", s.options().max_nodes(),
-      ",\"keep_alive_interval_s\":", Number(s.options().keep_alive_interval_s()),
+      ",\"keep_alive_interval_s\":", base::JsonNumber(s.options().keep_alive_interval_s()),
       ",\"keep_alive_max_attempt\":", s.options().keep_alive_max_attempt(), "},\"nodes\":[");
   int world = 0;
   for (int i = 0; i < s.nodes_size(); ++i) {
     const v1::NodeStatus& n = s.nodes(i);
     const v1::Participant& p = n.participant();
     world += p.local_world_size();
-    absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", JsonString(p.node_id()),
-                    ",\"host\":", JsonString(p.host()), ",\"group_rank\":", p.group_rank(),
+    absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", base::JsonString(p.node_id()),
+                    ",\"host\":", base::JsonString(p.host()), ",\"group_rank\":", p.group_rank(),
                     ",\"rank_offset\":", p.rank_offset(), ",\"local_world_size\":", p.local_world_size(),
                     ",\"keep_alive_age_ms\":", n.heartbeat_age_ms(), ",\"restart_count\":", n.restart_count(),
                     ",\"last_restart\":");
     if (n.has_last_restart()) {
       const v1::RestartPhases& r = n.last_restart();
-      absl::StrAppend(&out, "{\"cause\":", JsonString(r.cause()), ",\"round\":", r.round(),
-                      ",\"total_s\":", Number(r.total_s()),
-                      ",\"detected_to_stopped_s\":", Number(r.detected_to_stopped_s()),
-                      ",\"stopped_to_joined_s\":", Number(r.stopped_to_joined_s()),
-                      ",\"joined_to_started_s\":", Number(r.joined_to_started_s()), "}");
+      absl::StrAppend(&out, "{\"cause\":", base::JsonString(r.cause()), ",\"round\":", r.round(),
+                      ",\"total_s\":", base::JsonNumber(r.total_s()),
+                      ",\"detected_to_stopped_s\":", base::JsonNumber(r.detected_to_stopped_s()),
+                      ",\"stopped_to_joined_s\":", base::JsonNumber(r.stopped_to_joined_s()),
+                      ",\"joined_to_started_s\":", base::JsonNumber(r.joined_to_started_s()), "}");
     } else {
       out += "null";
     }
@@ -72,15 +55,15 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
       const v1::RankProgress& r = n.progress(k);
       absl::StrAppend(&out, k ? "," : "", "{\"rank\":", r.rank(), ",\"local_rank\":", r.local_rank(),
                       ",\"epoch\":", r.epoch(), ",\"step\":", r.step(), ",\"total_steps\":", r.total_steps(),
-                      ",\"loss\":", Number(r.loss()), ",\"samples_per_s\":", Number(r.samples_per_s()),
+                      ",\"loss\":", base::JsonNumber(r.loss()), ",\"samples_per_s\":", base::JsonNumber(r.samples_per_s()),
                       ",\"heartbeat_age_ms\":", r.heartbeat_age_ms(), "}");
     }
     out += "]}";
   }
   out += "],\"waiting\":[";
   for (int i = 0; i < s.waiting_size(); ++i) {
-    absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", JsonString(s.waiting(i).node_id()),
-                    ",\"host\":", JsonString(s.waiting(i).host()), "}");
+    absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", base::JsonString(s.waiting(i).node_id()),
+                    ",\"host\":", base::JsonString(s.waiting(i).host()), "}");
   }
   absl::StrAppend(&out, "],\"world_size\":", world, ",\"history\":{");
   bool first_rank = true;
@@ -88,8 +71,8 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
     absl::StrAppend(&out, first_rank ? "" : ",", "\"", rank, "\":[");
     first_rank = false;
     for (size_t i = 0; i < points.size(); ++i) {
-      absl::StrAppend(&out, i ? "," : "", "[", points[i].step, ",", Number(points[i].loss), ",",
-                      Number(points[i].samples_per_s), "]");
+      absl::StrAppend(&out, i ? "," : "", "[", points[i].step, ",", base::JsonNumber(points[i].loss), ",",
+                      base::JsonNumber(points[i].samples_per_s), "]");
     }
     out += "]";
   }
@@ -103,8 +86,8 @@ std::string RunListJson(const ServiceSnapshot& snapshot) {
     const RunSample& r = snapshot.exported[i];
     int64_t restarts = 0;
     for (const auto& [cause, n] : r.restarts) restarts += n;
-    absl::StrAppend(&out, i ? "," : "", "{\"run_id\":", JsonString(r.run_id), ",\"state\":",
-                    JsonString(r.state), ",\"round\":", r.round, ",\"nodes\":", r.nodes,
+    absl::StrAppend(&out, i ? "," : "", "{\"run_id\":", base::JsonString(r.run_id), ",\"state\":",
+                    base::JsonString(r.state), ",\"round\":", r.round, ",\"nodes\":", r.nodes,
                     ",\"world_size\":", r.world_size, ",\"restarts\":", restarts, "}");
   }
   absl::StrAppend(&out, "],\"not_shown\":", snapshot.runs - static_cast<int>(snapshot.exported.size()), "}");
@@ -168,7 +151,7 @@ function cell(row, text, cls) {
   row.appendChild(td);
   return td;
 }
-function fmt(x, digits) { return x === null || x === undefined ? '-' : Number(x).toFixed(digits); }
+function fmt(x, digits) { return x === null || x === undefined ? '-' : base::JsonNumber(x).toFixed(digits); }
 function ms(x) { return (x / 1000).toFixed(1) + ' s'; }
 async function get(url) {
   const res = await fetch(url, {credentials: 'same-origin', cache: 'no-store'});

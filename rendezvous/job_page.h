@@ -5,7 +5,7 @@
 // script are constants built into the binary, the same for every run (the
 // run id is read by the script from the address and only ever set as text,
 // so an id holding HTML or script is shown, never run); the JSON is made by
-// the pure functions below.
+// the pure functions below, its strings by base::JsonString.
 #ifndef CPPTORCHRUN_RENDEZVOUS_JOB_PAGE_H_
 #define CPPTORCHRUN_RENDEZVOUS_JOB_PAGE_H_
 
@@ -16,10 +16,6 @@
 #include "rendezvous/metrics.h"
 
 namespace cpptorchrun::rdzv {
-
-// `text` as a JSON string literal (quotes included); <, >, & and non-ASCII
-// control characters as \u escapes, invalid UTF-8 as U+FFFD.
-std::string JsonString(absl::string_view text);
 
 // {"run_id", "state", "round", "version", "world_size", "options": {...},
 //  "nodes": [{"node_id", "host", "group_rank", "rank_offset",

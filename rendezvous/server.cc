@@ -16,6 +16,7 @@
 #include "base/files.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "base/json.h"
 #include "rendezvous/job_page.h"
 #include "grpcpp/server_posix.h"
 #include "rendezvous/endpoint.h"
@@ -234,7 +235,7 @@ std::vector<std::pair<std::string, base::HttpHandler>> RendezvousServer::Operato
     absl::Status found = service_->RunStatusOf(run_id, &status, &history,
                                                static_cast<size_t>(std::max(metrics_bounds_.max_ranks, 0)));
     if (!found.ok()) {
-      return Body("application/json", absl::StrCat("{\"error\":", JsonString(found.message()), "}"), 404);
+      return Body("application/json", absl::StrCat("{\"error\":", base::JsonString(found.message()), "}"), 404);
     }
     return Body("application/json", RunStatusJson(status, history));
   });

@@ -84,9 +84,13 @@ TEST_F(ServerMetricsTest, RpcsAndRunsAreCountedAndHostileIdsEscaped) {
   EXPECT_TRUE(absl::StrContains(Get("/api/runs"), "{\"run_id\":\"job-1\",\"state\":\"forming\""));
   // A run id with HTML in the address: the answer escapes it, and the page
   // itself is static (the id never appears in its HTML).
-  const std::string missing = Get("/api/run/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E", 404);
-  EXPECT_TRUE(absl::StrContains(missing, "\\u003cimg src=x onerror=alert(1)\\u003e")) << missing;
-  EXPECT_FALSE(absl::StrContains(missing, "<img"));
+  auto missing = http_->Get("/api/run/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E%22%0A",
+                            {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(missing->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(missing->get_header_value("X-Content-Type-Options"), "nosniff");
+  EXPECT_TRUE(absl::StrContains(missing->body, "<img src=x onerror=alert(1)>\\\"\\n")) << missing->body;
   const std::string page = Get("/run/%3Cimg%20src%3Dx%3E");
   EXPECT_FALSE(absl::StrContains(page, "<img"));
   EXPECT_TRUE(absl::StrContains(page, "/static/page.js"));

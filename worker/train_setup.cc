@@ -1,6 +1,8 @@
 // The `train` binary's pure decisions.
 #include "worker/train_setup.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -18,10 +20,14 @@ absl::StatusOr<TrainConfig> ConfigFromFlags(const Flags& flags, const WorkerEnv&
   return config;
 }
 
+absl::Duration StallBound(absl::Duration worker_timeout) {
+  return std::max(worker_timeout, kMinStall);
+}
+
 HeartbeatOptions HeartbeatOptionsFor(const Flags& flags, const WorkerEnv& env, int64_t pid) {
   HeartbeatOptions options;
   options.interval = absl::Seconds(flags.heartbeat_interval);
-  options.stall_after = env.worker_timeout;
+  options.stall_after = StallBound(env.worker_timeout);
   options.rank = env.rank;
   options.local_rank = env.local_rank;
   options.pid = pid;

@@ -38,8 +38,17 @@ struct Flags {
 // naming the flag when one is bad.
 absl::StatusOr<TrainConfig> ConfigFromFlags(const Flags& flags, const WorkerEnv& env);
 
-// Heartbeats every --heartbeat_interval, silent after the environment's
-// worker timeout without a step.
+// How long the training thread may go without a step before the worker
+// stops heartbeating (and the launcher, after --worker_timeout of silence,
+// declares it hung): the launcher's --worker_timeout, but never under
+// kMinStall. Steps pause for good reasons (start-up, peers still starting,
+// evaluation, checkpoints); a short --worker_timeout is meant for silence (a
+// stopped or frozen process) and must not turn such a pause into a hang.
+inline constexpr absl::Duration kMinStall = absl::Seconds(60);
+absl::Duration StallBound(absl::Duration worker_timeout);
+
+// Heartbeats every --heartbeat_interval, silent after StallBound of the
+// environment's worker timeout without a step.
 HeartbeatOptions HeartbeatOptionsFor(const Flags& flags, const WorkerEnv& env, int64_t pid);
 
 // Rank 0's first lines: the run's shape and start-up, and for the

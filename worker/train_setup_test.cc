@@ -47,16 +47,22 @@ TEST(ConfigFromFlags, BadFlagsAreNamed) {
               HasSubstr("--keep_checkpoints"));
 }
 
-TEST(HeartbeatOptionsFor, StallBoundIsTheEnvironmentsWorkerTimeout) {
+TEST(StallBound, IsTheWorkerTimeoutButNeverUnderAMinute) {
+  EXPECT_EQ(StallBound(absl::Seconds(600)), absl::Seconds(600));
+  EXPECT_EQ(StallBound(absl::Seconds(300)), absl::Seconds(300));
+  EXPECT_EQ(StallBound(absl::Seconds(2)), kMinStall) << "a short timeout is for silence, not for pauses";
+}
+
+TEST(HeartbeatOptionsFor, StallBoundComesFromTheEnvironmentsWorkerTimeout) {
   Flags flags;
   flags.heartbeat_interval = 0.5;
   WorkerEnv env;
   env.rank = 3;
   env.local_rank = 1;
-  env.worker_timeout = absl::Seconds(42);
+  env.worker_timeout = absl::Seconds(420);
   HeartbeatOptions options = HeartbeatOptionsFor(flags, env, 1234);
   EXPECT_EQ(options.interval, absl::Milliseconds(500));
-  EXPECT_EQ(options.stall_after, absl::Seconds(42));
+  EXPECT_EQ(options.stall_after, absl::Seconds(420));
   EXPECT_EQ(options.rank, 3);
   EXPECT_EQ(options.local_rank, 1);
   EXPECT_EQ(options.pid, 1234);

@@ -11,37 +11,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/json.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::launcher {
 namespace {
 
-std::string Quote(absl::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
-
 std::string Value(const EventValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return absl::StrCat(*i);
   if (const auto* d = std::get_if<double>(&v)) return absl::StrFormat("%.6f", *d);
-  if (const auto* s = std::get_if<std::string>(&v)) return Quote(*s);
+  if (const auto* s = std::get_if<std::string>(&v)) return base::JsonString(*s);
   return absl::StrCat("[", absl::StrJoin(std::get<std::vector<int64_t>>(v), ", "), "]");
 }
 
@@ -72,8 +51,8 @@ class FileEventLog final : public EventLog {
 }  // namespace
 
 std::string EventJson(double time, absl::string_view event, const std::vector<EventField>& fields) {
-  std::string out = absl::StrFormat("{\"time\": %.6f, \"event\": %s", time, Quote(event));
-  for (const auto& [name, value] : fields) absl::StrAppend(&out, ", ", Quote(name), ": ", Value(value));
+  std::string out = absl::StrFormat("{\"time\": %.6f, \"event\": %s", time, base::JsonString(event));
+  for (const auto& [name, value] : fields) absl::StrAppend(&out, ", ", base::JsonString(name), ": ", Value(value));
   out += "}";
   return out;
 }

@@ -15,6 +15,12 @@ TEST(EventJson, FieldsOfEveryKindAndEscapedText) {
             "\"pids\": [7, 8], \"reason\": \"node 'a\\\"b'\\nleft\\u0001\"}");
 }
 
+TEST(EventJson, BytesThatAreNotUtf8StillGiveValidJson) {
+  // A reason from another node or a worker's path may hold any bytes.
+  EXPECT_EQ(EventJson(0, "closed", {{"reason", std::string("caf\xc3\xa9 \xff\xc3")}}),
+            "{\"time\": 0.000000, \"event\": \"closed\", \"reason\": \"caf\xc3\xa9 \\ufffd\\ufffd\"}");
+}
+
 TEST(FileEventLog, OneLinePerEventAppended) {
   const std::string path = std::string(::testing::TempDir()) + "/events.jsonl";
   {

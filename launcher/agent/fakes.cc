@@ -279,7 +279,22 @@ absl::Status FakeRendezvousClient::Close(const std::string&, const std::string& 
 }
 
 absl::StatusOr<rdzv::v1::RunStatusResponse> FakeRendezvousClient::RunStatus(const std::string&) {
-  return absl::UnimplementedError("fake");
+  absl::MutexLock lock(&mu_);
+  if (run_status_answers_.empty()) return absl::UnimplementedError("fake");
+  const size_t i = std::min<size_t>(run_status_calls_++, run_status_answers_.size() - 1);
+  return run_status_answers_[i];
+}
+
+void FakeRendezvousClient::SetRunStatusAnswers(
+    std::vector<absl::StatusOr<rdzv::v1::RunStatusResponse>> answers) {
+  absl::MutexLock lock(&mu_);
+  run_status_answers_ = std::move(answers);
+  run_status_calls_ = 0;
+}
+
+int FakeRendezvousClient::run_status_calls() const {
+  absl::MutexLock lock(&mu_);
+  return run_status_calls_;
 }
 
 namespace {

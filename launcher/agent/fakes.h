@@ -118,6 +118,11 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
   absl::StatusOr<rdzv::v1::RunStatusResponse> RunStatus(const std::string& run_id) override;
   std::unique_ptr<rdzv::Store> OpenStore(const std::string& run_id, int64_t round) override;
 
+  // RunStatus answers these in turn, then the last one again and again;
+  // none: UNIMPLEMENTED.
+  void SetRunStatusAnswers(std::vector<absl::StatusOr<rdzv::v1::RunStatusResponse>> answers);
+  int run_status_calls() const;
+
   // Join answers this error when set.
   absl::Status join_error;
   // Join blocks until Cancel (then answers CANCELLED), as a real Join of a
@@ -150,6 +155,8 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
   std::vector<std::string> closes_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   int blocked_joins_returned_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::StatusOr<rdzv::v1::RunStatusResponse>> run_status_answers_ ABSL_GUARDED_BY(mu_);
+  int run_status_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<rdzv::Store> store_;
 };
 

@@ -35,7 +35,8 @@ std::string HelpFooter() {
 absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& argv,
                                               const std::map<std::string, std::string>& env) {
   CLI::App app{"cpptorchrun status: print a job's nodes, ranks and progress", "cpptorchrun status"};
-  std::string endpoint, id, level = "warn", conf_text;
+  std::string endpoint, id, level = "warn", conf_text, interval_text;
+  bool json = false, watch = false;
   // PET_* from `env` (this stays a pure function of argv and env).
   if (auto it = env.find("PET_RDZV_ENDPOINT"); it != env.end()) endpoint = it->second;
   if (auto it = env.find("PET_RDZV_ID"); it != env.end()) id = it->second;
@@ -45,6 +46,10 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   app.add_option("--rdzv_conf,--rdzv-conf", conf_text,
                  "token_file=F,cacert=C: the job's token and the CA of the rendezvous's TLS certificate");
   app.add_option("--log_level,--log-level", level, "trace|debug|info|warn|error");
+  app.add_flag("--json", json, "print one JSON object (with --watch, one a line per refresh)");
+  app.add_flag("--watch", watch, "refresh until the run is over (SIGINT/SIGTERM to stop)");
+  CLI::Option* interval_flag =
+      app.add_option("--interval", interval_text, "seconds between refreshes with --watch (default 1)");
   ParsedCommandLine out;
   out.kind = ParsedCommandLine::Kind::kStatus;
   try {
@@ -68,6 +73,17 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   std::vector<std::string> ignored;
   auto conf = ParseRdzvConf(conf_text, "--rdzv_conf", &ignored);
   if (!conf.ok()) return conf.status();
+  if (interval_flag->count() > 0) {
+    if (!watch) return absl::InvalidArgumentError("--interval: only with --watch");
+    // Not below 0.1 s: each refresh is a call to the job's rendezvous.
+    absl::StatusOr<absl::Duration> interval = ParseSeconds(interval_text, "--interval", false);
+    if (!interval.ok() || *interval < absl::Milliseconds(100) || *interval > absl::Hours(1)) {
+      return Bad("--interval", "seconds from 0.1 to 3600", interval_text);
+    }
+    out.status.interval = *interval;
+  }
+  out.status.json = json;
+  out.status.watch = watch;
   out.status.rdzv_endpoint = *hp;
   out.status.rdzv_id = id;
   out.status.log_level = level;

@@ -117,6 +117,12 @@ struct StatusConfig {
   // CPPTORCHRUN_RDZV_CA_FILE, as a worker's environment has them).
   std::string token_file;
   std::string ca_file;
+  // --json: one JSON object instead of the table.
+  bool json = false;
+  // --watch: again every `interval` (--interval, seconds, default 1) until
+  // the run is over or a stop signal.
+  bool watch = false;
+  absl::Duration interval = absl::Seconds(1);
 };
 
 struct ParsedCommandLine {

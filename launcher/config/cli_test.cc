@@ -258,6 +258,46 @@ TEST(Cli, StatusSubcommand) {
   EXPECT_FALSE(Parse({"status", "--rdzv_id", "j"}).ok());
   EXPECT_FALSE(Parse({"status", "--rdzv_endpoint", "h:1", "--rdzv_id", "bad id"}).ok());
   EXPECT_FALSE(Parse({"status", "--rdzv_endpoint", "h:1", "--bogus"}).ok());
+  EXPECT_FALSE(s->status.json);
+  EXPECT_FALSE(s->status.watch);
+  EXPECT_EQ(s->status.interval, absl::Seconds(1));
+}
+
+TEST(Cli, StatusJsonWatchAndInterval) {
+  const std::vector<std::string> base = {"status", "--rdzv_endpoint", "127.0.0.1:5000", "--rdzv_id", "j"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return Parse(args);
+  };
+  auto s = with({"--json"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->status.json);
+  EXPECT_FALSE(s->status.watch);
+  s = with({"--watch", "--interval", "0.25", "--json"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->status.watch);
+  EXPECT_TRUE(s->status.json);
+  EXPECT_EQ(s->status.interval, absl::Milliseconds(250));
+  s = with({"--watch", "--interval=3600"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->status.interval, absl::Hours(1));
+  // Bad values are usage errors that name the flag.
+  for (const char* bad : {"0", "-1", "0.05", "3601", "abc", "nan", "inf", "1e9", ""}) {
+    auto r = with({"--watch", "--interval", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("--interval"), std::string::npos) << r.status();
+  }
+  auto alone = with({"--interval", "2"});
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("--interval: only with --watch"), std::string::npos) << alone.status();
+  EXPECT_FALSE(with({"--watch", "5"}).ok()) << "a switch takes no value";
+  // Pure: the environment supplies the endpoint and id, never these.
+  auto env = Parse({"status", "--watch", "--json"}, {{"PET_RDZV_ENDPOINT", "h:7"}, {"PET_RDZV_ID", "k"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->status.watch);
+  EXPECT_EQ(env->status.rdzv_id, "k");
 }
 
 struct BadCase {

@@ -7,43 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json.h"
 
 namespace cpptorchrun::worker {
 
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string ErrorJson(const std::string& type, const std::string& what, const std::string& context,
                       int64_t unix_seconds) {
-  return absl::StrCat("{\"message\": {\"message\": ", JsonQuote(absl::StrCat(type, ": ", what)),
-                      ", \"extraInfo\": {\"py_callstack\": ", JsonQuote(context),
+  return absl::StrCat("{\"message\": {\"message\": ", base::JsonString(absl::StrCat(type, ": ", what)),
+                      ", \"extraInfo\": {\"py_callstack\": ", base::JsonString(context),
                       ", \"timestamp\": \"", unix_seconds, "\"}}}\n");
 }
 

@@ -22,9 +22,6 @@ absl::Status WriteErrorFile(const std::string& path, const std::string& type,
                             const std::string& what, const std::string& context,
                             int64_t unix_seconds);
 
-// JSON string literal for `s` (quotes included); control characters escaped.
-std::string JsonQuote(const std::string& s);
-
 }  // namespace cpptorchrun::worker
 
 #endif  // CPPTORCHRUN_WORKER_AGENT_ERROR_FILE_H_

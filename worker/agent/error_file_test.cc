@@ -19,7 +19,9 @@ TEST(ErrorFile, Format) {
   EXPECT_EQ(json,
             "{\"message\": {\"message\": \"DataError: file \\\"x\\\" is short\\n\", "
             "\"extraInfo\": {\"py_callstack\": \"ctx\", \"timestamp\": \"1700000000\"}}}\n");
-  EXPECT_EQ(JsonQuote(std::string("a\x01" "b")), "\"a\\u0001b\"");
+  // Hostile bytes (a control character, a byte that is not UTF-8) still
+  // give a file that is valid JSON and valid UTF-8.
+  EXPECT_THAT(ErrorJson("E", std::string("a\x01" "b\xff"), "", 1), HasSubstr("a\\u0001b\\ufffd"));
 }
 
 TEST(ErrorFile, WritesAFilePythonReads) {
