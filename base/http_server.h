@@ -60,12 +60,14 @@ struct HttpServerOptions {
   int port = 0;                    // 0: one the kernel picks
   std::string token;               // empty: no check
   std::string tls_cert_file, tls_key_file;  // both: HTTPS
-  int threads = 4;
-  int max_queued = 16;
+  // cpp-httplib serves a connection on one thread until it closes: an idle
+  // keep-alive connection holds its thread for keep_alive_timeout.
+  int threads = 8;
+  int max_queued = 32;
   size_t max_request_bytes = 16 * 1024;
   absl::Duration read_timeout = absl::Seconds(5);
   absl::Duration write_timeout = absl::Seconds(5);
-  absl::Duration keep_alive_timeout = absl::Seconds(5);
+  absl::Duration keep_alive_timeout = absl::Seconds(1);
   int max_requests_per_connection = 100;
 };
 

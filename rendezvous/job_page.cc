@@ -151,7 +151,7 @@ function cell(row, text, cls) {
   row.appendChild(td);
   return td;
 }
-function fmt(x, digits) { return x === null || x === undefined ? '-' : base::JsonNumber(x).toFixed(digits); }
+function fmt(x, digits) { return x === null || x === undefined ? '-' : Number(x).toFixed(digits); }
 function ms(x) { return (x / 1000).toFixed(1) + ' s'; }
 async function get(url) {
   const res = await fetch(url, {credentials: 'same-origin', cache: 'no-store'});

@@ -56,6 +56,8 @@ TEST(JobPageTest, StaticFilesNeedNothingOutside) {
     EXPECT_EQ(file.find("https://"), absl::string_view::npos);
   }
   EXPECT_EQ(PageScript().find("innerHTML"), absl::string_view::npos);
+  // C++ never leaks into the script (a stray edit once turned Number( into base::JsonNumber().
+  EXPECT_EQ(PageScript().find("::"), absl::string_view::npos);
 }
 
 }  // namespace
