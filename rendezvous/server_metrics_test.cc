@@ -1,6 +1,7 @@
 // The operators' port of a real loopback server: the token guards metrics
 // and the page, RPCs and runs show up in /metrics, and a run id holding
 // HTML is label-escaped there and JSON-escaped in the page's data.
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -104,6 +105,42 @@ TEST_F(ServerMetricsTest, OversizedRequestsAreRefused) {
   auto long_path = http_->Get(("/api/run/" + std::string(20000, 'a')).c_str());
   ASSERT_TRUE(long_path);
   EXPECT_EQ(long_path->status, 414);
+}
+
+// With TLS the operators' port speaks HTTPS with the rendezvous's
+// certificate (plain HTTP gets nothing), and the session cookie is Secure.
+TEST(ServerMetricsTlsTest, HttpsWithTheServersCertificate) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the openssl command is not installed; cannot make a test certificate";
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string cert = dir + "/metrics-cert.pem", key = dir + "/metrics-key.pem";
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + key + " -out " + cert +
+                           " -days 1 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1"
+                           " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  ServerOptions options;
+  options.token = kToken;
+  options.metrics_port = 0;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::SSLClient https("127.0.0.1", (*server)->metrics_port());
+  https.set_ca_cert_path(cert.c_str());
+  https.enable_server_certificate_verification(true);
+  auto res = https.Get("/metrics", {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_TRUE(absl::StrContains(res->body, "cpptorchrun_rdzv_runs 0\n"));
+  auto login = https.Get((std::string("/login?token=") + kToken).c_str());
+  ASSERT_TRUE(login);
+  EXPECT_TRUE(absl::StrContains(login->get_header_value("Set-Cookie"), "; Secure"));
+  httplib::Client plain("127.0.0.1", (*server)->metrics_port());
+  plain.set_read_timeout(2, 0);
+  auto refused = plain.Get("/metrics", {{"Authorization", std::string("Bearer ") + kToken}});
+  EXPECT_TRUE(!refused || refused->status != 200);
 }
 
 TEST(ServerMetricsOffTest, NoPortUnlessAsked) {
