@@ -429,19 +429,26 @@ double Median(std::vector<double> v) {
 
 // R runs without metrics and R with, interleaved; the medians and the change.
 bool RunOverhead(const Flags& flags, int n) {
-  std::vector<double> off, on;
+  // Each pair's two runs share the machine's load of the moment; the
+  // median of the pairs' ratios is steadier than the ratio of the medians
+  // on a machine others use too.
+  std::vector<double> off, on, ratios;
   bool ok = true;
   for (int r = 0; r < flags.overhead_repeats; ++r) {
+    double pair[2] = {0, 0};
     for (bool metrics : {false, true}) {
       SizeResult result = RunSize(flags, n, metrics);
       ok &= result.ok;
-      (metrics ? on : off).push_back(result.CallsPerSecond(n));
+      pair[metrics] = result.CallsPerSecond(n);
+      (metrics ? on : off).push_back(pair[metrics]);
     }
+    ratios.push_back(pair[1] / pair[0]);
   }
   const double base = Median(off), with = Median(on);
   std::printf("N=%-6d median calls/s: %.0f without metrics, %.0f with a scraper and a page open "
-              "(%+.1f%%), %d runs each\n",
-              n, base, with, 100.0 * (with - base) / base, flags.overhead_repeats);
+              "(%+.1f%%); median of the %d pairs' ratios %+.1f%%\n",
+              n, base, with, 100.0 * (with - base) / base, flags.overhead_repeats,
+              100.0 * (Median(ratios) - 1));
   std::fflush(stdout);
   return ok;
 }
