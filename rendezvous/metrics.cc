@@ -145,7 +145,7 @@ void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
   auto& bytes = out->Get("cpptorchrun_rdzv_run_store_bytes", "Bytes in the run's store.", Type::kGauge);
   auto& keep_alive = out->Get("cpptorchrun_rdzv_keep_alive_age_seconds",
                               "Seconds since the node's last keep-alive, by group rank.", Type::kGauge);
-  auto& node_restarts = out->Get("cpptorchrun_rdzv_node_restart_count",
+  auto& node_restarts = out->Get("cpptorchrun_rdzv_node_restarts",
                                  "The restarts the node has spent (its --max_restarts count).",
                                  Type::kGauge);
   auto& step = out->Get("cpptorchrun_rdzv_rank_step", "The rank's latest step.", Type::kGauge);

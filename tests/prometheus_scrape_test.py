@@ -7,6 +7,7 @@ on both nodes and at the server, and the new round.
 import os
 import random
 import signal
+import subprocess
 import time
 import unittest
 
@@ -96,6 +97,14 @@ class PrometheusScrapeTest(unittest.TestCase):
                                  "steps after the restart", interval=0.5)
         harness.wait_for(lambda: (prom.scalar("min(cpptorchrun_launcher_rank_step)") or 0) > after, 60,
                          "the step to rise after the restart", interval=0.5)
+        # Prometheus's own linter accepts every target's text as the job
+        # runs (names, suffixes, HELP and TYPE of every family that has samples now).
+        for url in urls:
+            body = ops.http_get(url + "/metrics", token=self.token)[1]
+            self.assertIn("_rank_step{", body)
+            lint = subprocess.run([ops.need("promtool"), "check", "metrics"], input=body,
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(lint.returncode, 0, "%s: %s%s" % (url, lint.stdout, lint.stderr))
         print("prometheus scenario: %.1f s" % (time.monotonic() - started))
 
 
