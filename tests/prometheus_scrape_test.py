@@ -107,6 +107,48 @@ class PrometheusScrapeTest(unittest.TestCase):
             self.assertEqual(lint.returncode, 0, "%s: %s%s" % (url, lint.stdout, lint.stderr))
         print("prometheus scenario: %.1f s" % (time.monotonic() - started))
 
+    def test_standalone_launcher_serves_the_embedded_servers_metrics_and_page(self):
+        """--standalone --metrics_port: one port with the launcher's and the
+        embedded rendezvous's metrics, and the job page, behind the token."""
+        started = time.monotonic()
+        h0 = self.cluster.hosts[0]
+        work = self.work
+        log = os.path.join(work, "standalone.log")
+        proc = h0.spawn([harness.binary(jobs.LAUNCHER), "--standalone", "--nproc_per_node", "2", "--fake_gpus", "2",
+                         "--rdzv_id", self.run_id, "--rdzv_conf", "token_file=%s" % self.token_file,
+                         "--metrics_port", "0", "--monitor_interval", "0.1", "--log_dir", os.path.join(work, "logs"),
+                         harness.binary(jobs.TRAIN), "--epochs", "3", "--limit", "16384", "--heartbeat_interval", "0.2",
+                         "--checkpoint_dir", os.path.join(work, "ckpt")], log=log)
+
+        def text():
+            with open(log, errors="replace") as f:
+                return f.read()
+
+        def url():
+            if proc.poll() is not None:
+                raise AssertionError("cpptorchrun exited %s:\n%s" % (proc.returncode, text()[-3000:]))
+            return ops.metrics_url(text())
+
+        base = harness.wait_for(url, 30, "the launcher's metrics port")
+        self.assertEqual(ops.http_get(base + "/metrics")[0], 401)
+        self.assertEqual(ops.http_get(base + "/", token="wrong")[0], 401)
+
+        def both():
+            code, body = ops.http_get(base + "/metrics", token=self.token)
+            return code == 200 and "cpptorchrun_launcher_rank_step{" in body and \
+                'cpptorchrun_rdzv_round{run="%s"} 1' % self.run_id in body and body
+        body = harness.wait_for(both, 60, "the launcher's and the embedded server's metrics", interval=0.2)
+        lint = subprocess.run([ops.need("promtool"), "check", "metrics"], input=body,
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+        code, page = ops.http_get(base + "/run/" + self.run_id, token=self.token)
+        self.assertEqual(code, 200)
+        self.assertIn("/static/page.js", page)
+        code, runs = ops.http_get(base + "/api/runs", token=self.token)
+        self.assertEqual(code, 200)
+        self.assertIn('"run_id":"%s"' % self.run_id, runs)
+        print("standalone scenario: %.1f s" % (time.monotonic() - started))
+
 
 if __name__ == "__main__":
     harness.main()
