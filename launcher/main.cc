@@ -20,7 +20,10 @@
 #include "base/token.h"
 #include "launcher/agent/agent_service.h"
 #include "launcher/agent/elastic_agent.h"
+#include "base/http_server.h"
+#include "base/prometheus.h"
 #include "launcher/agent/event_log.h"
+#include "launcher/agent/launcher_metrics.h"
 #include "launcher/agent/progress_board.h"
 #include "launcher/agent/round_monitor.h"
 #include "launcher/config/cli.h"
@@ -278,6 +281,7 @@ absl::Status ServeIfHosting(const LaunchConfig& c, const LocalPlan& plan, const 
   so.host = bind_host;
   so.port = bind_port;
   so.token = plan.token;
+  so.rpc_metrics = c.metrics_port >= 0;  // served on the launcher's own metrics port
   if (!side->loopback_embed) {
     so.tls_cert_file = plan.tls.cert;
     so.tls_key_file = plan.tls.key;
@@ -399,6 +403,44 @@ void LingerWhileOthersUseIt(rdzv::RendezvousClient* client, const std::string& r
   }
 }
 
+// --metrics_port: this launcher's metrics (and, when it serves the
+// rendezvous, the server's metrics and job page) over HTTP(S) on this
+// node's address, with the job's token and TLS files. Null when off.
+absl::StatusOr<std::unique_ptr<base::HttpServer>> ServeMetrics(const LaunchConfig& c, const LocalPlan& plan,
+                                                              const std::string& host,
+                                                              rdzv::RendezvousServer* server,
+                                                              MetricsEventLog* events, ProgressBoard* board) {
+  if (c.metrics_port < 0) return std::unique_ptr<base::HttpServer>();
+  auto launcher_part = [events, board](base::prom::Exposition* out) {
+    AppendLauncherMetrics(events->Counters(), board->Snapshot(), board->clock()->Now(), out);
+  };
+  std::vector<std::pair<std::string, base::HttpHandler>> routes;
+  if (server != nullptr) {
+    routes = server->OperatorRoutes(launcher_part);
+  } else {
+    routes.emplace_back("/metrics", [launcher_part](const base::HttpRequest&) {
+      base::prom::Exposition exposition;
+      launcher_part(&exposition);
+      base::HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = exposition.Text();
+      return r;
+    });
+  }
+  base::HttpServerOptions ho;
+  ho.host = host;
+  ho.port = c.metrics_port;
+  ho.token = plan.token;
+  ho.tls_cert_file = plan.tls.cert;
+  ho.tls_key_file = plan.tls.key;
+  auto http = base::HttpServer::Start(ho, std::move(routes));
+  if (!http.ok()) {
+    return absl::UnavailableError(absl::StrCat("--metrics_port: ", http.status().message()));
+  }
+  spdlog::info("metrics on {}/metrics{}", (*http)->url(), server != nullptr ? ", job page at /" : "");
+  return http;
+}
+
 int ExitCodeFor(const absl::Status& status) {
   if (absl::IsInvalidArgument(status)) return UsageError(status);
   spdlog::error("{}", std::string(status.message()));
@@ -429,7 +471,10 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   // --event_log_handler console also logs each event.
   std::unique_ptr<EventLog> events =
       NewFileEventLog((*run_dir)->log_root() + "/events.jsonl", c.event_log_handler == "console");
-  ProgressBoard board(base::RealClock(), events.get());
+  // With --metrics_port the events are also counted on their way to the log.
+  MetricsEventLog metric_events(events.get());
+  EventLog* event_sink = c.metrics_port >= 0 ? &metric_events : events.get();
+  ProgressBoard board(base::RealClock(), event_sink);
   std::unique_ptr<AgentService> agent_service;
   if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board); svc.ok()) {
     agent_service = std::move(*svc);
@@ -459,7 +504,10 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.progress = &board;
   o.round_monitor = monitor.get();
   o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
-  o.events = events.get();
+  o.events = event_sink;
+  absl::StatusOr<std::unique_ptr<base::HttpServer>> metrics_http =
+      ServeMetrics(c, *plan, host, rdzv->server.get(), &metric_events, &board);
+  if (!metrics_http.ok()) return ExitCodeFor(metrics_http.status());
   ElasticAgent agent(o);
   const AgentResult result = agent.Run();
   if (rdzv->server != nullptr && !rdzv->loopback_embed) LingerWhileOthersUseIt(rdzv->client.get(), c.rdzv_id);

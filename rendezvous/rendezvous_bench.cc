@@ -7,6 +7,14 @@
 // --json prints one JSON object per size (n, round_s, store_s, gets,
 // server_peak_rss_mib, ok) for bench runners.
 //
+// --overhead=R measures what metrics and the job page cost the server: for
+// each size, R runs without --metrics_port and R with it, interleaved, the
+// latter while a scraper in the parent fetches /metrics and the run's page
+// JSON (/api/run/<id>) every --scrape_ms (1000: what a page open asks, and
+// a Prometheus scraping every second, 15 times its default); it prints each
+// run and the median calls/s (the Joins and Gets of both phases over their
+// time) of each kind.
+//
 // The server is the rendezvous_server binary in its own process. The agents
 // are spread over --procs client processes (forked before any gRPC use),
 // each driving its share with gRPC's callback client API over --channels
@@ -15,7 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +41,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "httplib.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -47,6 +58,9 @@ struct Flags {
   std::string server;
   // One JSON object per size instead of the table line.
   bool json = false;
+  // --overhead=R: R runs without metrics and R with, interleaved.
+  int overhead_repeats = 0;
+  int scrape_ms = 1000;
 };
 
 // --- line protocol over pipes between the parent and its children ----------
@@ -224,9 +238,10 @@ int ChildMain(int index, const std::string& endpoint, int channels, int first, i
 struct Server {
   pid_t pid = -1;
   std::string endpoint;
+  int metrics_port = -1;
 };
 
-Server StartServer(const std::string& binary) {
+Server StartServer(const std::string& binary, bool metrics) {
   int out[2];
   if (pipe(out) != 0) return {};
   pid_t pid = fork();
@@ -235,12 +250,14 @@ Server StartServer(const std::string& binary) {
     close(out[0]);
     close(out[1]);
     execl(binary.c_str(), binary.c_str(), "--host", "127.0.0.1", "--port", "0", "--log_level",
-          "warn", "--max_keys_per_run", "1000000", static_cast<char*>(nullptr));
+          "warn", "--max_keys_per_run", "1000000", "--metrics_port", metrics ? "0" : "-1",
+          static_cast<char*>(nullptr));
     std::perror("exec rendezvous_server");
     _exit(127);
   }
   close(out[1]);
   std::string line = ReadLine(out[0]);
+  std::string metrics_line = metrics ? ReadLine(out[0]) : "";
   close(out[0]);
   const std::string prefix = "rendezvous_server listening on ";
   if (line.rfind(prefix, 0) != 0) {
@@ -249,7 +266,20 @@ Server StartServer(const std::string& binary) {
     waitpid(pid, nullptr, 0);
     return {};
   }
-  return Server{pid, line.substr(prefix.size())};
+  Server server{pid, line.substr(prefix.size())};
+  if (metrics) {
+    // "rendezvous_server metrics on http://127.0.0.1:PORT (...)"
+    const size_t colon = metrics_line.rfind(':', metrics_line.find(" ("));
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(metrics_line.substr(colon + 1, metrics_line.find(" (") - colon - 1),
+                          &server.metrics_port)) {
+      std::fprintf(stderr, "rendezvous_server printed no metrics port: '%s'\n", metrics_line.c_str());
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return {};
+    }
+  }
+  return server;
 }
 
 double PeakRssMiB(pid_t pid) {
@@ -271,14 +301,52 @@ struct Child {
   int from;
 };
 
-bool RunSize(const Flags& flags, int n) {
-  Server server = StartServer(flags.server);
-  if (server.pid < 0) return false;
+struct SizeResult {
+  bool ok = false;
+  double join_s = -1, store_s = -1, rss = -1;
+  int scrapes = 0;  // with metrics: scrapes and page fetches answered 200
+  double CallsPerSecond(int n) const { return (9.0 * n + 1) / (join_s + store_s); }
+};
+
+// Fetches /metrics and the run's page JSON every 100 ms until stopped.
+class Scraper {
+ public:
+  Scraper(int port, std::string run, int interval_ms)
+      : client_("127.0.0.1", port), run_(std::move(run)), interval_(absl::Milliseconds(interval_ms)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  int Stop() {
+    stop_.Notify();
+    thread_.join();
+    return ok_;
+  }
+
+ private:
+  void Loop() {
+    // The first fetch at once (the run is already being formed), then every interval.
+    do {
+      auto metrics = client_.Get("/metrics");
+      auto page = client_.Get(("/api/run/" + run_).c_str());
+      ok_ += (metrics && metrics->status == 200) + (page && (page->status == 200 || page->status == 404));
+    } while (!stop_.WaitForNotificationWithTimeout(interval_));
+  }
+  httplib::Client client_;
+  std::string run_;
+  absl::Duration interval_;
+  absl::Notification stop_;
+  int ok_ = 0;
+  std::thread thread_;
+};
+
+SizeResult RunSize(const Flags& flags, int n, bool metrics) {
+  SizeResult result;
+  Server server = StartServer(flags.server, metrics);
+  if (server.pid < 0) return result;
   int procs = std::max(1, std::min(flags.procs, n));
   std::vector<Child> children;
   for (int p = 0; p < procs; ++p) {
     int down[2], up[2];
-    if (pipe(down) != 0 || pipe(up) != 0) return false;
+    if (pipe(down) != 0 || pipe(up) != 0) return result;
     int first = static_cast<int>(static_cast<int64_t>(n) * p / procs);
     int last = static_cast<int>(static_cast<int64_t>(n) * (p + 1) / procs);
     pid_t pid = fork();
@@ -298,6 +366,11 @@ bool RunSize(const Flags& flags, int n) {
   bool ok = true;
   for (const Child& c : children) ok &= ReadLine(c.from) == "ready";
 
+  // After the forks: the children must not inherit a thread.
+  std::unique_ptr<Scraper> scraper;
+  if (metrics && std::getenv("RDZV_BENCH_NO_SCRAPER") == nullptr) {
+    scraper = std::make_unique<Scraper>(server.metrics_port, absl::StrCat("bench-", n), flags.scrape_ms);
+  }
   absl::Time start = absl::Now();
   for (const Child& c : children) WriteLine(c.to, "join");
   int64_t round = -1;
@@ -318,6 +391,7 @@ bool RunSize(const Flags& flags, int n) {
     for (const Child& c : children) ok &= ReadLine(c.from) == "stored ok";
     store_s = absl::ToDoubleSeconds(absl::Now() - start);
   }
+  if (scraper != nullptr) result.scrapes = scraper->Stop();
   double rss = PeakRssMiB(server.pid);
   for (const Child& c : children) {
     WriteLine(c.to, "exit");
@@ -327,16 +401,54 @@ bool RunSize(const Flags& flags, int n) {
   }
   kill(server.pid, SIGTERM);
   waitpid(server.pid, nullptr, 0);
+  result.ok = ok;
+  result.join_s = join_s;
+  result.store_s = store_s;
+  result.rss = rss;
   if (flags.json) {
     std::printf(
         "{\"n\": %d, \"round_s\": %.4f, \"store_s\": %.4f, \"gets\": %d, "
-        "\"server_peak_rss_mib\": %.1f, \"ok\": %s}\n",
-        n, join_s, store_s, 8 * n, rss, ok ? "true" : "false");
+        "\"server_peak_rss_mib\": %.1f, \"metrics\": %s, \"calls_per_s\": %.0f, \"ok\": %s}\n",
+        n, join_s, store_s, 8 * n, rss, metrics ? "true" : "false", result.CallsPerSecond(n),
+        ok ? "true" : "false");
   } else {
     std::printf(
-        "N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB%s\n", n,
-        join_s, 8 * n, store_s, rss, ok ? "" : "   FAILED");
+        "N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB   %8.0f calls/s%s%s\n",
+        n, join_s, 8 * n, store_s, rss, result.CallsPerSecond(n),
+        metrics ? absl::StrCat("   metrics+page (", result.scrapes, " fetches)").c_str() : "",
+        ok ? "" : "   FAILED");
   }
+  std::fflush(stdout);
+  return result;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// R runs without metrics and R with, interleaved; the medians and the change.
+bool RunOverhead(const Flags& flags, int n) {
+  // Each pair's two runs share the machine's load of the moment; the
+  // median of the pairs' ratios is steadier than the ratio of the medians
+  // on a machine others use too.
+  std::vector<double> off, on, ratios;
+  bool ok = true;
+  for (int r = 0; r < flags.overhead_repeats; ++r) {
+    double pair[2] = {0, 0};
+    for (bool metrics : {false, true}) {
+      SizeResult result = RunSize(flags, n, metrics);
+      ok &= result.ok;
+      pair[metrics] = result.CallsPerSecond(n);
+      (metrics ? on : off).push_back(pair[metrics]);
+    }
+    ratios.push_back(pair[1] / pair[0]);
+  }
+  const double base = Median(off), with = Median(on);
+  std::printf("N=%-6d median calls/s: %.0f without metrics, %.0f with a scraper and a page open "
+              "(%+.1f%%); median of the %d pairs' ratios %+.1f%%\n",
+              n, base, with, 100.0 * (with - base) / base, flags.overhead_repeats,
+              100.0 * (Median(ratios) - 1));
   std::fflush(stdout);
   return ok;
 }
@@ -385,10 +497,20 @@ int main(int argc, char** argv) {
       flags.server = *v;
     } else if (arg == "--json") {
       flags.json = true;
+    } else if (auto v = value("--scrape_ms=")) {
+      if (!absl::SimpleAtoi(*v, &flags.scrape_ms) || flags.scrape_ms < 1) {
+        std::fprintf(stderr, "rendezvous_bench: bad --scrape_ms '%s'\n", v->c_str());
+        return 2;
+      }
+    } else if (auto v = value("--overhead=")) {
+      if (!absl::SimpleAtoi(*v, &flags.overhead_repeats) || flags.overhead_repeats < 1) {
+        std::fprintf(stderr, "rendezvous_bench: bad --overhead '%s'\n", v->c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: rendezvous_bench [--sizes=100,1000,10000] [--procs=8] [--channels=4] "
-                   "[--server=PATH] [--json]\nunknown argument '%s'\n",
+                   "[--server=PATH] [--json] [--overhead=R [--scrape_ms=1000]]\nunknown argument '%s'\n",
                    argv[i]);
       return 2;
     }
@@ -398,6 +520,8 @@ int main(int argc, char** argv) {
                 flags.channels, flags.server.c_str());
   }
   bool ok = true;
-  for (int n : flags.sizes) ok &= RunSize(flags, n);
+  for (int n : flags.sizes) {
+    ok &= flags.overhead_repeats > 0 ? RunOverhead(flags, n) : RunSize(flags, n, false).ok;
+  }
   return ok ? 0 : 1;
 }

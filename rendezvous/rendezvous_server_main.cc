@@ -64,6 +64,12 @@ int ServeUntilSignal(const ServerFlags& flags, const ServerOptions& options) {
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string listening = cpptorchrun::rdzv::FormatEndpoint({options.host, (*server)->port()});
   std::printf("rendezvous_server listening on %s\n", listening.c_str());
+  if ((*server)->metrics_port() >= 0) {
+    const std::string host = options.metrics_host.empty() ? options.host : options.metrics_host;
+    std::printf("rendezvous_server metrics on %s://%s (/metrics, job page /)\n",
+                options.tls_cert_file.empty() ? "http" : "https",
+                cpptorchrun::rdzv::FormatEndpoint({host, (*server)->metrics_port()}).c_str());
+  }
   std::fflush(stdout);
   LogServing(listening, flags, options, file_limit);
 

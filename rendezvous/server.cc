@@ -1,6 +1,7 @@
 // RendezvousServer: gRPC server setup around the service (see server.h).
 #include "rendezvous/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -10,9 +11,13 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/files.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "base/json.h"
+#include "rendezvous/job_page.h"
 #include "grpcpp/server_posix.h"
 #include "rendezvous/endpoint.h"
 
@@ -47,6 +52,51 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key, *cert});
   return grpc::SslServerCredentials(ssl);
+}
+
+// Counts each RPC as it is answered: method, status code, and the time
+// from its arrival (the interceptor's creation) to its status being sent.
+class RpcInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RpcInterceptor(grpc::experimental::ServerRpcInfo* info, RpcMetrics* metrics)
+      : method_(info->method()), metrics_(metrics), start_(std::chrono::steady_clock::now()) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+      metrics_->Record(method_ == nullptr ? "" : method_, methods->GetSendStatus().error_code(),
+                       elapsed.count());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const char* method_;
+  RpcMetrics* metrics_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcInterceptorFactory(RpcMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcInterceptor(info, metrics_);
+  }
+
+ private:
+  RpcMetrics* metrics_;
+};
+
+base::HttpResponse Body(std::string content_type, std::string body, int status = 200) {
+  base::HttpResponse r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  if (absl::StartsWith(r.content_type, "text/html")) {
+    r.headers.emplace_back("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+  }
+  return r;
 }
 
 ServiceOptions ServiceOptionsFor(const ServerOptions& options,
@@ -113,6 +163,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   if (tls) builder.AddListeningPort(address, *credentials, &server->port_);
   ApplyConnectionLimits(options.limits, &builder);
   builder.RegisterService(server->service_.get());
+  server->metrics_bounds_ = options.metrics_bounds;
+  if (options.rpc_metrics || options.metrics_port >= 0) {
+    server->rpc_metrics_ = std::make_unique<RpcMetrics>();
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::make_unique<RpcInterceptorFactory>(server->rpc_metrics_.get()));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || (tls && server->port_ == 0)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
@@ -124,7 +181,65 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     }
   }
   server->service_->StartTimer();
+  if (options.metrics_port >= 0) {
+    base::HttpServerOptions http;
+    http.host = options.metrics_host.empty() ? options.host : options.metrics_host;
+    http.port = options.metrics_port;
+    http.token = options.token;
+    http.tls_cert_file = options.tls_cert_file;
+    http.tls_key_file = options.tls_key_file;
+    absl::StatusOr<std::unique_ptr<base::HttpServer>> started =
+        base::HttpServer::Start(http, server->OperatorRoutes(nullptr));
+    if (!started.ok()) return started.status();
+    server->http_ = std::move(*started);
+  }
   return server;
+}
+
+void RendezvousServer::AppendMetrics(base::prom::Exposition* out) {
+  const ServiceSnapshot snapshot = service_->MetricsSnapshot(metrics_bounds_);
+  AppendServiceMetrics(snapshot, out);
+  if (rpc_metrics_ != nullptr) rpc_metrics_->AppendTo(out);
+}
+
+std::vector<std::pair<std::string, base::HttpHandler>> RendezvousServer::OperatorRoutes(
+    std::function<void(base::prom::Exposition*)> more) {
+  std::vector<std::pair<std::string, base::HttpHandler>> routes;
+  routes.emplace_back("/metrics", [this, more](const base::HttpRequest&) {
+    base::prom::Exposition exposition;
+    AppendMetrics(&exposition);
+    if (more) more(&exposition);
+    return Body("text/plain; version=0.0.4; charset=utf-8", exposition.Text());
+  });
+  routes.emplace_back("/", [](const base::HttpRequest&) {
+    return Body("text/html; charset=utf-8", std::string(RunListHtml()));
+  });
+  routes.emplace_back("/run/*", [](const base::HttpRequest&) {
+    return Body("text/html; charset=utf-8", std::string(RunPageHtml()));
+  });
+  routes.emplace_back("/static/page.js", [](const base::HttpRequest&) {
+    return Body("text/javascript; charset=utf-8", std::string(PageScript()));
+  });
+  routes.emplace_back("/static/page.css", [](const base::HttpRequest&) {
+    return Body("text/css; charset=utf-8", std::string(PageStyle()));
+  });
+  routes.emplace_back("/api/runs", [this](const base::HttpRequest&) {
+    MetricsBounds list = metrics_bounds_;
+    list.max_ranks = 0;
+    return Body("application/json", RunListJson(service_->MetricsSnapshot(list)));
+  });
+  routes.emplace_back("/api/run/*", [this](const base::HttpRequest& request) {
+    const std::string run_id = request.path.substr(std::string("/api/run/").size());
+    v1::RunStatusResponse status;
+    ProgressHistory history;
+    absl::Status found = service_->RunStatusOf(run_id, &status, &history,
+                                               static_cast<size_t>(std::max(metrics_bounds_.max_ranks, 0)));
+    if (!found.ok()) {
+      return Body("application/json", absl::StrCat("{\"error\":", base::JsonString(found.message()), "}"), 404);
+    }
+    return Body("application/json", RunStatusJson(status, history));
+  });
+  return routes;
 }
 
 absl::Status RendezvousServer::StartAcceptor(const ServerOptions& options) {
@@ -158,6 +273,7 @@ void RendezvousServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  if (http_ != nullptr) http_->Shutdown();
   if (acceptor_ != nullptr) acceptor_->Stop();  // no new connections
   if (service_ != nullptr) service_->Shutdown();
   if (server_ != nullptr) {  // null when Start failed to listen

@@ -7,12 +7,18 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "base/http_server.h"
+#include "base/prometheus.h"
 #include "rendezvous/acceptor.h"
+#include "rendezvous/metrics.h"
 #include "base/clock.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/service.h"
@@ -38,6 +44,16 @@ struct ServerOptions {
   absl::Duration tick = absl::Milliseconds(20);
   // Runs untouched (and holding no call) this long are forgotten.
   absl::Duration idle_run_timeout = absl::Hours(1);
+  // Count every RPC (by method, code, latency) for metrics: a gRPC
+  // interceptor, off unless metrics are wanted (by metrics_port, or by a
+  // launcher that serves this server's metrics on its own port).
+  bool rpc_metrics = false;
+  // The operators' HTTP port (Prometheus /metrics and the job page), on
+  // `metrics_host` (empty: `host`), with the same token and TLS files; -1:
+  // none, 0: one the kernel picks (see metrics_port()).
+  int metrics_port = -1;
+  std::string metrics_host;
+  MetricsBounds metrics_bounds;
 };
 
 class RendezvousServer {
@@ -59,6 +75,18 @@ class RendezvousServer {
   // The service itself (tests drive Tick() under a fake clock).
   RendezvousService* service() { return service_.get(); }
 
+  // The operators' port (-1: none).
+  int metrics_port() const { return http_ == nullptr ? -1 : http_->port(); }
+  // The server's metrics (the service's snapshot, taken under its lock and
+  // rendered here without it; the RPC counters when counted). Thread-safe.
+  void AppendMetrics(base::prom::Exposition* out);
+  // The operators' HTTP routes: /metrics (this server's, then what `more`
+  // adds, when set), the run list (/), a run's page (/run/<id>), their JSON
+  // (/api/runs, /api/run/<id>) and the page's files (/static/). For a
+  // launcher that serves them on its own port; valid while the server is.
+  std::vector<std::pair<std::string, base::HttpHandler>> OperatorRoutes(
+      std::function<void(base::prom::Exposition*)> more);
+
  private:
   RendezvousServer() = default;
   // Plaintext ports: listens with our own accept loop, handing connections
@@ -70,6 +98,9 @@ class RendezvousServer {
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Acceptor> acceptor_;  // plaintext ports
+  MetricsBounds metrics_bounds_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;  // when counted
+  std::unique_ptr<base::HttpServer> http_;   // the operators' port
   // What gRPC's threads read (the peer_address lambda): set once the
   // acceptor exists, before it can matter to any call's limit.
   std::atomic<Acceptor*> acceptor_view_{nullptr};

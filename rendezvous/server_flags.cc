@@ -84,6 +84,13 @@ void AddServerFlags(CLI::App* app, ServerFlags* flags, ServerOptions* options) {
                   "concurrent calls on one connection")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--metrics_port", flags->metrics_port,
+                  "HTTP(S) port for operators: Prometheus metrics at /metrics and the job page at "
+                  "/ (the same token and TLS as the rendezvous); 0 picks a free one and prints it; "
+                  "-1: none")
+      ->capture_default_str();
+  app->add_option("--metrics_host", flags->metrics_host,
+                  "address the metrics port listens on (default: --host)");
   app->add_flag("--version", flags->version, "print the version and exit");
 }
 
@@ -103,6 +110,20 @@ absl::Status ApplyServerFlags(const ServerFlags& flags, const char* env_token,
   if (absl::Status secrets = ApplySecrets(flags, env_token, options); !secrets.ok()) return secrets;
   options->tls_cert_file = flags.tls_cert;
   options->tls_key_file = flags.tls_key;
+  if (flags.metrics_port < -1 || flags.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port ", flags.metrics_port, " is out of range -1..65535"));
+  }
+  if (flags.metrics_port >= 0 && flags.metrics_port == flags.port && flags.port != 0 &&
+      (flags.metrics_host.empty() || flags.metrics_host == flags.host)) {
+    return absl::InvalidArgumentError("--metrics_port must differ from --port");
+  }
+  options->metrics_port = flags.metrics_port;
+  options->metrics_host = flags.metrics_host;
+  if (options->metrics_host.size() >= 2 && options->metrics_host.front() == '[' &&
+      options->metrics_host.back() == ']') {
+    options->metrics_host = options->metrics_host.substr(1, options->metrics_host.size() - 2);
+  }
   return absl::OkStatus();
 }
 

@@ -22,6 +22,8 @@ struct ServerFlags {
   std::string token_file, key_file, tls_cert, tls_key;
   std::string log_level = "info";
   double max_connection_idle_s = 60;
+  int metrics_port = -1;
+  std::string metrics_host;
   bool version = false;
 };
 

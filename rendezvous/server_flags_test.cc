@@ -60,6 +60,26 @@ TEST(ServerFlags, RefusalsNameTheFlag) {
   EXPECT_EQ(*ParseLogLevel("warn"), spdlog::level::warn);
 }
 
+TEST(ServerFlags, TheMetricsPortIsOffByDefaultAndChecked) {
+  ServerFlags flags;
+  ServerOptions options;
+  ASSERT_TRUE(Parse({}, &flags, &options).ok());
+  EXPECT_EQ(options.metrics_port, -1);
+  ServerFlags flags2;
+  ServerOptions options2;
+  ASSERT_TRUE(Parse({"--metrics_port", "0", "--metrics_host", "[::1]"}, &flags2, &options2).ok());
+  EXPECT_EQ(options2.metrics_port, 0);
+  EXPECT_EQ(options2.metrics_host, "::1");
+  ServerFlags flags3;
+  ServerOptions options3;
+  absl::Status bad = Parse({"--metrics_port", "70000"}, &flags3, &options3);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "--metrics_port 70000")) << bad;
+  ServerFlags flags4;
+  ServerOptions options4;
+  absl::Status same = Parse({"--port", "29400", "--metrics_port", "29400"}, &flags4, &options4);
+  EXPECT_TRUE(absl::StrContains(same.message(), "must differ")) << same;
+}
+
 TEST(ServerFlags, TheTokenComesFromTheFileBeforeTheVariableAndABlankVariableIsAnError) {
   const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/token";
   std::ofstream(path) << "from-file\n";

@@ -119,6 +119,93 @@ int RendezvousService::HeldCalls() {
   return held_.size();
 }
 
+ServiceSnapshot RendezvousService::MetricsSnapshot(const MetricsBounds& bounds) {
+  ServiceSnapshot snapshot;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock->Now();
+  snapshot.runs = static_cast<int>(runs_.size());
+  snapshot.store_bytes = store_bytes_;
+  snapshot.store_budget = options_.limits.max_store_bytes;
+  snapshot.held_calls = held_.size();
+  snapshot.node_joins = node_joins_;
+  snapshot.node_losses = node_losses_;
+  snapshot.round_ends = round_ends_;
+  snapshot.round_duration = round_duration_.Data();
+  std::vector<const Run*> runs;
+  runs.reserve(runs_.size());
+  for (const auto& [id, run] : runs_) runs.push_back(run.get());
+  const size_t exported = std::min<size_t>(runs.size(), std::max(bounds.max_runs, 0));
+  std::partial_sort(runs.begin(), runs.begin() + exported, runs.end(), [](const Run* a, const Run* b) {
+    return a->last_activity != b->last_activity ? a->last_activity > b->last_activity
+                                                : a->state.run_id < b->state.run_id;
+  });
+  runs.resize(exported);
+  std::sort(runs.begin(), runs.end(), [](const Run* a, const Run* b) { return a->state.run_id < b->state.run_id; });
+  for (const Run* run : runs) {
+    const RunState& state = run->state;
+    RunSample r;
+    r.run_id = state.run_id;
+    r.round = state.active_round;
+    const bool standing = state.active_round > 0 && !state.active_ended;
+    r.state = state.closed ? "closed" : standing ? "active" : "forming";
+    r.world_size = standing ? state.world_size : 0;
+    r.nodes = standing ? static_cast<int>(state.participants.size()) : 0;
+    r.joining = static_cast<int>(state.joiners.size());
+    r.spares = static_cast<int>(state.spares.size());
+    r.round_age_s = standing && run->rounds_completed > 0 ? absl::ToDoubleSeconds(now - run->round_started) : 0;
+    r.rounds_completed = run->rounds_completed;
+    r.restarts = run->restarts;
+    r.store_keys = run->store.keys();
+    r.store_bytes = run->store.bytes();
+    for (const ParticipantState& p : state.participants) {
+      if (static_cast<int>(r.node_samples.size()) < bounds.max_ranks) {
+        r.node_samples.push_back({p.participant.group_rank(), absl::ToDoubleSeconds(now - p.last_heard),
+                                  p.restart_count});
+      }
+      for (const v1::RankProgress& k : p.progress) {
+        if (static_cast<int>(r.ranks.size()) >= bounds.max_ranks) break;
+        r.ranks.push_back({k.rank(), k.epoch(), k.step(), k.loss(), k.samples_per_s(),
+                           k.heartbeat_age_ms() / 1000.0});
+      }
+    }
+    snapshot.exported.push_back(std::move(r));
+  }
+  return snapshot;
+}
+
+void RendezvousService::CountRestart(Run* run, const std::string& node_id) {
+  auto participant = run->state.participant_index.find(node_id);
+  if (participant == run->state.participant_index.end()) return;
+  const v1::RestartPhases& last = run->state.participants[participant->second].last_restart;
+  if (last.cause().empty()) return;
+  auto seen = run->restart_rounds.find(node_id);
+  if (seen != run->restart_rounds.end() && seen->second == last.round()) return;
+  if (seen == run->restart_rounds.end() &&
+      run->restart_rounds.size() >= 3 * static_cast<size_t>(options_.limits.max_nodes_per_run)) {
+    for (auto it = run->restart_rounds.begin(); it != run->restart_rounds.end();) {
+      if (run->state.participant_index.contains(it->first)) {
+        ++it;
+      } else {
+        run->restart_rounds.erase(it++);
+      }
+    }
+  }
+  run->restart_rounds[node_id] = last.round();
+  ++run->restarts[RestartCause(last.cause())];
+}
+
+absl::Status RendezvousService::RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
+                                            ProgressHistory* history, size_t max_nodes) {
+  v1::RunStatusRequest request;
+  request.set_run_id(run_id);
+  absl::MutexLock lock(&mu_);
+  if (history != nullptr) {
+    auto it = runs_.find(run_id);
+    if (it != runs_.end()) *history = it->second->history;
+  }
+  return FillRunStatus(request, response, max_nodes);
+}
+
 bool RendezvousService::Authorized(grpc::CallbackServerContext* ctx) const {
   if (options_.token.empty()) return true;
   const auto& metadata = ctx->client_metadata();
@@ -329,6 +416,8 @@ void RendezvousService::LogChanges(Run* run) {
   }
   bool standing = state.active_round > 0 && !state.active_ended;
   if (standing && state.active_round != run->logged_round) {
+    ++run->rounds_completed;
+    run->round_started = options_.clock->Now();
     spdlog::info("run '{}' round {} complete: {} nodes, world size {}", state.run_id,
                  state.active_round, state.participants.size(), state.world_size);
     run->logged_round = state.active_round;
@@ -336,6 +425,8 @@ void RendezvousService::LogChanges(Run* run) {
   } else if (!standing && !run->logged_ended && state.active_round == run->logged_round) {
     spdlog::info("run '{}' round {} ended: {}", state.run_id, state.active_round,
                  base::Printable(state.end_reason));
+    ++round_ends_[RoundEndCause(state.end_reason)];
+    round_duration_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - run->round_started));
     run->logged_ended = true;
   }
 }
@@ -399,7 +490,11 @@ void RendezvousService::Tick() {
         continue;
       }
       if (!run->formed) continue;
+      const size_t participants = run->state.participants.size();
       TickResult result = ApplyTick(now, &run->state);
+      if (result.round_ended && run->state.participants.size() < participants) {
+        node_losses_ += participants - run->state.participants.size();
+      }
       Settle(run.get(), result.timed_out, result.reason, &finishes);
     }
     for (const std::string& id : expired_runs) {
@@ -541,9 +636,11 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     Form(run, *round_options, now);
     auto previous = run->joins.find(node_id);
     if (previous != run->joins.end()) AnswerJoin(run, previous->second, finishes);
+    const bool newcomer = !run->state.joiner_index.contains(node_id) && !IsSpare(run->state, node_id);
     absl::StatusOr<JoinResult> result =
         ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round());
     Held* held = nullptr;
+    if (result.ok() && newcomer) ++node_joins_;
     if (!result.ok()) {
       // Settled below all the same: a previous Join may have been answered.
     } else if (result->outcome == JoinResult::Outcome::kComplete) {
@@ -623,6 +720,11 @@ grpc::ServerUnaryReactor* RendezvousService::KeepAlive(grpc::CallbackServerConte
     }
     const bool trusted = issued || (run->unsigned_round != 0 && assignment.round() == run->unsigned_round);
     *response->mutable_event() = ApplyKeepAlive(now, &run->state, *request, trusted);
+    CountRestart(run, request->node_id());
+    for (const v1::RankProgress& p : request->progress()) {
+      if (p.rank() < 0 || p.rank() >= kHistoryRanks || p.step() <= 0) continue;
+      AddProgressPoint({p.step(), p.loss(), p.samples_per_s()}, &run->history[p.rank()]);
+    }
     Settle(run, {}, "", finishes);
     return absl::OkStatus();
   });
@@ -739,7 +841,7 @@ grpc::ServerUnaryReactor* RendezvousService::RunStatus(grpc::CallbackServerConte
 }
 
 absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& request,
-                                              v1::RunStatusResponse* response) {
+                                              v1::RunStatusResponse* response, size_t max_nodes) {
   response->set_run_id(request.run_id());
   auto it = runs_.find(request.run_id());
   if (it == runs_.end()) {
@@ -761,6 +863,7 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
                       : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE
                                                                         : v1::RunStatusResponse::FORMING);
   for (const ParticipantState& p : state.participants) {
+    if (static_cast<size_t>(response->nodes_size()) >= max_nodes) break;
     v1::NodeStatus* node = response->add_nodes();
     *node->mutable_participant() = p.participant;
     node->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - p.last_heard));
@@ -768,8 +871,12 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
     for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
     if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
   }
-  for (const Joiner& j : state.joiners) *response->add_waiting() = j.node;
-  for (const Joiner& j : state.spares) *response->add_waiting() = j.node;
+  for (const std::vector<Joiner>* waiting : {&state.joiners, &state.spares}) {
+    for (const Joiner& j : *waiting) {
+      if (static_cast<size_t>(response->waiting_size()) >= max_nodes) break;
+      *response->add_waiting() = j.node;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #ifndef CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 #define CPPTORCHRUN_RENDEZVOUS_SERVICE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,6 +37,7 @@
 #include "base/clock.h"
 #include "rendezvous/held_calls.h"
 #include "rendezvous/limits.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/rules.h"
 #include "rendezvous/scoped_store.h"
 #include "rendezvous/signing.h"
@@ -82,6 +84,16 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   // Counters for tests and the benchmark. Thread-safe.
   int HeldCalls();
+
+  // What Prometheus and the job page read: values copied under the lock
+  // (bounded by `bounds`: the most recently active runs first), to be
+  // rendered by the caller without it. Thread-safe.
+  ServiceSnapshot MetricsSnapshot(const MetricsBounds& bounds);
+  // The run's status as RunStatus answers it but with at most `max_nodes`
+  // nodes (the first by group rank) and as many waiting, and its ranks'
+  // progress history (may be null); NotFound: unknown. Thread-safe.
+  absl::Status RunStatusOf(const std::string& run_id, v1::RunStatusResponse* response,
+                           ProgressHistory* history = nullptr, size_t max_nodes = SIZE_MAX);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -144,6 +156,13 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
     int64_t logged_round = 0;
     bool logged_ended = true;
     bool logged_closed = false;
+    // For metrics: rounds completed, when the standing one completed, and
+    // the restarts the nodes reported (by cause; each node's last one seen).
+    int64_t rounds_completed = 0;
+    absl::Time round_started;
+    std::map<std::string, int64_t> restarts;
+    absl::flat_hash_map<std::string, int64_t> restart_rounds;  // node id -> round counted
+    ProgressHistory history;  // ranks below kHistoryRanks, for the job page
   };
   using Finishes = std::vector<std::pair<Held*, grpc::Status>>;
 
@@ -210,6 +229,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void RememberClosed(const std::string& run_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
+  // Counts the restart `node_id`'s keep-alive reported, once per node and round.
+  void CountRestart(Run* run, const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refuses a Join in `node_id`'s name with another secret than its first;
   // records the first.
   absl::Status CheckNodeSecret(Run* run, const std::string& node_id, const std::string& secret)
@@ -218,8 +239,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // `node_id` is not one of them.
   absl::Status SparesFull(const Run& run, const std::string& node_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FillRunStatus(const v1::RunStatusRequest& request,
-                             v1::RunStatusResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At most `max_nodes` nodes (and as many waiting) are copied.
+  absl::Status FillRunStatus(const v1::RunStatusRequest& request, v1::RunStatusResponse* response,
+                             size_t max_nodes = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceOptions options_;
   AssignmentSigner signer_;
@@ -240,6 +262,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Every held call, by its long-poll deadline (qualified: HeldCalls() is
   // also a method's name).
   ::cpptorchrun::rdzv::HeldCalls held_ ABSL_GUARDED_BY(mu_);
+  // Server-wide counters for metrics.
+  int64_t node_joins_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t node_losses_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> round_ends_ ABSL_GUARDED_BY(mu_);
+  base::prom::BucketCounts round_duration_{RoundDurationBuckets()};
   std::thread timer_;
 };
 

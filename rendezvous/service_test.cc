@@ -907,5 +907,57 @@ TEST(ServiceFakeClock, IdleRunsAreForgottenButHeldOnesAreNot) {
   EXPECT_EQ(*got, "now");
 }
 
+// The metrics snapshot: joins, a lost node, the ended round and how long
+// it stood, restarts counted once per node and round, progress history.
+TEST(ServiceFakeClock, MetricsSnapshotCountsJoinsLossesRoundsAndRestarts) {
+  base::FakeClock clock;
+  ServerOptions options;
+  options.clock = &clock;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions client_options;
+  client_options.endpoint = (*server)->endpoint();
+  auto client = NewGrpcRendezvousClient(client_options);
+  Conf conf{.min_nodes = 2, .max_nodes = 2};  // keep-alive deadline 15 s
+  auto a = std::async(std::launch::async, [&] {
+    return NewGrpcRendezvousClient(client_options)->Join(Request("run", "a", conf));
+  });
+  auto b = client->Join(Request("run", "b", conf));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(a.get().ok());
+  v1::KeepAliveRequest ka = KeepAliveOf("run", *b, "b");
+  ka.mutable_last_restart()->set_cause("worker_failed");
+  ka.mutable_last_restart()->set_round(1);
+  v1::RankProgress* p = ka.add_progress();
+  p->set_rank(1);
+  p->set_step(5);
+  p->set_loss(0.5);
+  ASSERT_TRUE(client->KeepAlive(ka).ok());
+  ASSERT_TRUE(client->KeepAlive(ka).ok());  // the same restart and step again
+  p->set_step(7);
+  clock.Advance(absl::Seconds(10));
+  ASSERT_TRUE(client->KeepAlive(ka).ok());
+  clock.Advance(absl::Seconds(6));  // a: 16 s silent
+  (*server)->service()->Tick();
+
+  ServiceSnapshot s = (*server)->service()->MetricsSnapshot(MetricsBounds());
+  EXPECT_EQ(s.runs, 1);
+  EXPECT_EQ(s.node_joins, 2);
+  EXPECT_EQ(s.node_losses, 1);
+  EXPECT_EQ(s.round_ends["node_lost"], 1);
+  EXPECT_EQ(s.round_duration.count, 1u);
+  EXPECT_DOUBLE_EQ(s.round_duration.sum, 16);
+  ASSERT_EQ(s.exported.size(), 1u);
+  EXPECT_EQ(s.exported[0].rounds_completed, 1);
+  EXPECT_EQ(s.exported[0].restarts["worker_failed"], 1);
+  EXPECT_EQ(s.exported[0].state, "forming");
+  v1::RunStatusResponse status;
+  ProgressHistory history;
+  ASSERT_TRUE((*server)->service()->RunStatusOf("run", &status, &history).ok());
+  ASSERT_EQ(history[1].size(), 2u);
+  EXPECT_EQ(history[1][1].step, 7);
+  EXPECT_EQ((*server)->service()->MetricsSnapshot(MetricsBounds{.max_runs = 0}).exported.size(), 0u);
+}
+
 }  // namespace
 }  // namespace cpptorchrun::rdzv

@@ -88,6 +88,7 @@ struct LaunchConfig {
   std::vector<int> signals_to_handle;  // signal numbers
   // cpptorchrun's own.
   int fake_gpus = 0;  // 0: real devices
+  int metrics_port = -1;  // --metrics_port; -1: off
   absl::Duration worker_timeout = absl::Seconds(300);
   absl::Duration shutdown_timeout = absl::Seconds(30);
   absl::Duration exit_barrier_timeout = absl::Seconds(300);

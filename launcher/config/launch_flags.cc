@@ -344,6 +344,10 @@ void AddWorkerFlags(std::vector<FlagSpec>* t) {
   t->push_back({"fake_gpus", "--fake_gpus,--fake-gpus", "CPPTORCHRUN_FAKE_GPUS",
                 "N fake GPUs on this node (0: real devices)", "0", false, "",
                 IntInto(&LaunchConfig::fake_gpus, 0, 4096, "an integer in 0..4096")});
+  t->push_back({"metrics_port", "--metrics_port,--metrics-port", "CPPTORCHRUN_METRICS_PORT",
+                "HTTP(S) port for Prometheus metrics at /metrics (and, when this node serves the "
+                "rendezvous, its metrics and job page), on this node's address; 0: a free one; -1: off",
+                "-1", false, "", IntInto(&LaunchConfig::metrics_port, -1, 65535, "an integer in -1..65535")});
   t->push_back({"worker_timeout", "--worker_timeout,--worker-timeout", "PET_WORKER_TIMEOUT",
                 "seconds of heartbeat silence after which a worker is hung (default 300)", "300", false, "",
                 SecondsInto(&LaunchConfig::worker_timeout, /*allow_zero=*/false)});
