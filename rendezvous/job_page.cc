@@ -46,7 +46,11 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
                       ",\"total_s\":", base::JsonNumber(r.total_s()),
                       ",\"detected_to_stopped_s\":", base::JsonNumber(r.detected_to_stopped_s()),
                       ",\"stopped_to_joined_s\":", base::JsonNumber(r.stopped_to_joined_s()),
-                      ",\"joined_to_started_s\":", base::JsonNumber(r.joined_to_started_s()), "}");
+                      ",\"joined_to_started_s\":", base::JsonNumber(r.joined_to_started_s()),
+                      ",\"started_to_comm_ready_s\":", base::JsonNumber(r.started_to_comm_ready_s()),
+                      ",\"comm_ready_to_restored_s\":", base::JsonNumber(r.comm_ready_to_restored_s()),
+                      ",\"restored_to_first_step_s\":", base::JsonNumber(r.restored_to_first_step_s()),
+                      ",\"total_to_first_step_s\":", base::JsonNumber(r.total_to_first_step_s()), "}");
     } else {
       out += "null";
     }
@@ -117,7 +121,7 @@ absl::string_view RunPageHtml() {
 <table id="ranks"><thead><tr><th>node</th><th>host</th><th>keep-alive age</th><th>restarts</th><th>rank</th><th>local</th><th>epoch</th><th>step</th><th>loss</th><th>samples/s</th><th>heartbeat age</th></tr></thead><tbody></tbody></table>
 <p>Waiting: <span id="waiting">none</span></p>
 <h2>Restarts</h2>
-<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>total</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th></tr></thead><tbody></tbody></table>
+<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>total</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
 <h2>Loss</h2><svg id="loss" class="chart" viewBox="0 0 600 200"></svg>
 <h2>Samples/s</h2><svg id="speed" class="chart" viewBox="0 0 600 200"></svg>
 <p id="legend"></p>
@@ -231,6 +235,10 @@ function renderRun(s) {
     cell(row, r.node); cell(row, r.round); cell(row, r.cause, 'text');
     cell(row, fmt(r.total_s, 2) + ' s'); cell(row, fmt(r.detected_to_stopped_s, 2) + ' s');
     cell(row, fmt(r.stopped_to_joined_s, 2) + ' s'); cell(row, fmt(r.joined_to_started_s, 2) + ' s');
+    // The workers' part: known once every worker of the node made its first step.
+    const w = (v) => r.total_to_first_step_s > 0 ? fmt(v, 2) + ' s' : '-';
+    cell(row, w(r.started_to_comm_ready_s)); cell(row, w(r.comm_ready_to_restored_s));
+    cell(row, w(r.restored_to_first_step_s)); cell(row, w(r.total_to_first_step_s));
     rbody.appendChild(row);
   }
   drawChart(document.getElementById('loss'), 'loss');

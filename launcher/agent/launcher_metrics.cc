@@ -83,12 +83,19 @@ void MetricsEventLog::Record(absl::string_view event, std::vector<EventField> fi
       ++c.worker_failures[FailureLabels(StringField(fields, "status"))];
     } else if (event == "worker_resumed") {
       ++c.resumes;
+    } else if (event == "restart_completed") {
+      // The workers' part of the same restart, once every worker made its first step.
+      for (const char* phase : {"started_to_comm_ready_s", "comm_ready_to_restored_s", "restored_to_first_step_s"}) {
+        c.last_restart_phases[phase] = DoubleField(fields, phase);
+      }
+      c.last_restart_phases["total_to_first_step_s"] = DoubleField(fields, "total_s");
     } else if (event == "round_ended") {
       ++c.round_ends;
     } else if (event == "restart") {
       std::string cause = StringField(fields, "cause");
       if (cause != "worker_failed" && cause != "membership") cause = "other";
       ++c.restarts[cause];
+      c.last_restart_phases.clear();  // a new restart: the workers' part follows
       for (const char* phase : {"detected_to_stopped_s", "stopped_to_joined_s", "joined_to_started_s", "total_s"}) {
         c.last_restart_phases[phase] = DoubleField(fields, phase);
       }
@@ -149,7 +156,8 @@ void AppendLauncherMetrics(const LauncherCounters& c, const std::vector<RankRepo
       .AddHistogram({}, c.restart_seconds);
   auto& phases = out->Get("cpptorchrun_launcher_last_restart_phase_seconds",
                           "The last restart's phases (detected_to_stopped, stopped_to_joined, "
-                          "joined_to_started, total).",
+                          "joined_to_started, total; then the workers' started_to_comm_ready, "
+                          "comm_ready_to_restored, restored_to_first_step, total_to_first_step).",
                           Type::kGauge);
   for (const auto& [phase, seconds] : c.last_restart_phases) {
     phases.Add({{"phase", phase.substr(0, phase.size() - 2)}}, seconds);

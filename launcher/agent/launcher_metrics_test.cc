@@ -57,5 +57,20 @@ TEST(LauncherMetricsTest, EventsAreCountedAndForwarded) {
   EXPECT_FALSE(absl::StrContains(text, "rank=\"0\""));
 }
 
+TEST(LauncherMetricsTest, TheWorkersPartOfARestartFollowsAndANewRestartStartsAfresh) {
+  MemoryEventLog memory;
+  MetricsEventLog log(&memory);
+  log.Record("restart", {{"cause", std::string("worker_failed")}, {"total_s", 0.8}});
+  log.Record("restart_completed", {{"started_to_comm_ready_s", 0.25}, {"comm_ready_to_restored_s", 0.125},
+                                   {"restored_to_first_step_s", 0.0625}, {"total_s", 1.25}});
+  LauncherCounters c = log.Counters();
+  EXPECT_DOUBLE_EQ(c.last_restart_phases.at("started_to_comm_ready_s"), 0.25);
+  EXPECT_DOUBLE_EQ(c.last_restart_phases.at("total_to_first_step_s"), 1.25);
+  log.Record("restart", {{"cause", std::string("membership")}, {"total_s", 0.5}});
+  c = log.Counters();
+  EXPECT_EQ(c.last_restart_phases.count("total_to_first_step_s"), 0u) << "not the previous restart's";
+  EXPECT_DOUBLE_EQ(c.last_restart_phases.at("total_s"), 0.5);
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher
