@@ -3,6 +3,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -149,40 +150,38 @@ std::string HtmlEscape(absl::string_view text) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const HttpServerOptions& options, std::vector<std::pair<std::string, HttpHandler>> routes) {
+namespace {
+
+absl::Status CheckOptions(const HttpServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("HTTP port ", options.port, " is out of range"));
   }
   if (options.threads < 1 || options.max_queued < 1) {
     return absl::InvalidArgumentError("HTTP threads and max_queued must be at least 1");
   }
-  std::unique_ptr<HttpServer> server(new HttpServer());
-  server->options_ = options;
-  server->session_ = RandomSecret();
-  server->routes_ = std::move(routes);
-  const bool tls = !options.tls_cert_file.empty() && !options.tls_key_file.empty();
-  if (tls) {
-    for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
-      if (FILE* f = std::fopen(file.c_str(), "r")) {
-        std::fclose(f);
-      } else {
-        return absl::NotFoundError(absl::StrCat("cannot read TLS file ", file));
-      }
+  return absl::OkStatus();
+}
+
+// cpp-httplib's server, HTTPS when the options name a certificate and key.
+absl::StatusOr<std::unique_ptr<httplib::Server>> NewHttplibServer(const HttpServerOptions& options, bool tls) {
+  if (!tls) return std::make_unique<httplib::Server>();
+  for (const std::string& file : {options.tls_cert_file, options.tls_key_file}) {
+    if (FILE* f = std::fopen(file.c_str(), "r")) {
+      std::fclose(f);
+    } else {
+      return absl::NotFoundError(absl::StrCat("cannot read TLS file ", file));
     }
-    auto ssl = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
-                                                    options.tls_key_file.c_str());
-    if (!ssl->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("TLS certificate ", options.tls_cert_file,
-                                                     " or key ", options.tls_key_file,
-                                                     " cannot be used"));
-    }
-    server->server_ = std::move(ssl);
-  } else {
-    server->server_ = std::make_unique<httplib::Server>();
   }
-  server->tls_ = tls;
-  httplib::Server& http = *server->server_;
+  auto ssl = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(), options.tls_key_file.c_str());
+  if (!ssl->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("TLS certificate ", options.tls_cert_file, " or key ",
+                                                   options.tls_key_file, " cannot be used"));
+  }
+  return std::unique_ptr<httplib::Server>(std::move(ssl));
+}
+
+// The limits: threads and queue, request size, timeouts, keep-alive.
+void ApplyLimits(const HttpServerOptions& options, httplib::Server& http) {
   const int threads = options.threads, queued = options.max_queued;
   http.new_task_queue = [threads, queued] { return new BoundedPool(threads, queued); };
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would
@@ -197,39 +196,54 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   http.set_write_timeout(seconds(options.write_timeout));
   http.set_keep_alive_timeout(absl::ToInt64Seconds(options.keep_alive_timeout));
   http.set_keep_alive_max_count(options.max_requests_per_connection);
-  HttpServer* self = server.get();
-  auto handle = [self](const httplib::Request& req, httplib::Response& res) {
-    HttpRequest request;
-    request.method = req.method;
-    request.path = req.path;
-    for (const auto& [k, v] : req.params) request.params.emplace(k, v);
-    request.body = req.body;
-    if (request.method == "POST" &&
-        absl::StartsWith(req.get_header_value("Content-Type"), "application/x-www-form-urlencoded")) {
-      httplib::Params form;
-      httplib::detail::parse_query_text(req.body, form);
-      for (const auto& [k, v] : form) request.params.emplace(k, v);
-    }
-    if (request.path == "/login") {
-      Apply(self->Login(request), &res);
-      return;
-    }
-    if (!HttpAuthorized(self->options_.token, self->session_, req.get_header_value("Authorization"),
-                        req.get_header_value("Cookie"))) {
-      HttpResponse denied;
-      denied.status = 401;
-      denied.headers.emplace_back("WWW-Authenticate", "Bearer");
-      if (absl::StrContains(req.get_header_value("Accept"), "text/html")) {
-        // A browser: the login form, which comes back here once logged in.
-        denied.content_type = "text/html; charset=utf-8";
-        denied.body = LoginForm(SafeRedirect(request.path), false);
-      } else {
-        denied.body = "unauthorized: send \"Authorization: Bearer <token>\", or log in at /login\n";
-      }
-      Apply(denied, &res);
-      return;
-    }
-    Apply(self->Dispatch(request), &res);
+}
+
+// The request in our terms: a form's fields join the query's.
+HttpRequest ToRequest(const httplib::Request& req) {
+  HttpRequest request;
+  request.method = req.method;
+  request.path = req.path;
+  for (const auto& [k, v] : req.params) request.params.emplace(k, v);
+  request.body = req.body;
+  if (request.method == "POST" &&
+      absl::StartsWith(req.get_header_value("Content-Type"), "application/x-www-form-urlencoded")) {
+    httplib::Params form;
+    httplib::detail::parse_query_text(req.body, form);
+    for (const auto& [k, v] : form) request.params.emplace(k, v);
+  }
+  return request;
+}
+
+// The port bound (the kernel's pick for 0); 0 when it cannot be bound.
+int Bind(const HttpServerOptions& options, httplib::Server& http) {
+  if (options.port == 0) return std::max(http.bind_to_any_port(options.host), 0);
+  return http.bind_to_port(options.host, options.port) ? options.port : 0;
+}
+
+}  // namespace
+
+HttpResponse HttpServer::Handle(const HttpRequest& request, const std::string& authorization,
+                                const std::string& cookie, const std::string& accept) const {
+  if (request.path == "/login") return Login(request);
+  if (HttpAuthorized(options_.token, session_, authorization, cookie)) return Dispatch(request);
+  HttpResponse denied;
+  denied.status = 401;
+  denied.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (absl::StrContains(accept, "text/html")) {
+    // A browser: the login form, which comes back here once logged in.
+    denied.content_type = "text/html; charset=utf-8";
+    denied.body = LoginForm(SafeRedirect(request.path), false);
+  } else {
+    denied.body = "unauthorized: send \"Authorization: Bearer <token>\", or log in at /login\n";
+  }
+  return denied;
+}
+
+void HttpServer::Route(httplib::Server& http) {
+  auto handle = [this](const httplib::Request& req, httplib::Response& res) {
+    Apply(Handle(ToRequest(req), req.get_header_value("Authorization"), req.get_header_value("Cookie"),
+                 req.get_header_value("Accept")),
+          &res);
   };
   // Every path (cpp-httplib's patterns are regular expressions, and ".*"
   // would not match a path holding a newline).
@@ -246,19 +260,26 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   http.Delete(any, refuse);
   http.Patch(any, refuse);
   http.Options(any, refuse);
+}
 
-  int port = options.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(options.host);
-    if (port < 0) port = 0;
-  } else if (!http.bind_to_port(options.host, port)) {
-    port = 0;
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const HttpServerOptions& options, std::vector<std::pair<std::string, HttpHandler>> routes) {
+  if (absl::Status ok = CheckOptions(options); !ok.ok()) return ok;
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->options_ = options;
+  server->session_ = RandomSecret();
+  server->routes_ = std::move(routes);
+  server->tls_ = !options.tls_cert_file.empty() && !options.tls_key_file.empty();
+  absl::StatusOr<std::unique_ptr<httplib::Server>> http = NewHttplibServer(options, server->tls_);
+  if (!http.ok()) return http.status();
+  server->server_ = *std::move(http);
+  ApplyLimits(options, *server->server_);
+  server->Route(*server->server_);
+  server->port_ = Bind(options, *server->server_);
+  if (server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", options.host, ":", options.port));
   }
-  if (port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for HTTP on ", options.host, ":", options.port));
-  }
-  server->port_ = port;
+  HttpServer* self = server.get();
   server->listener_ = std::thread([self] { self->server_->listen_after_bind(); });
   // cpp-httplib's stop() does nothing until its loop runs: wait for it
   // (bounded), so that a Shutdown right after Start cannot be lost.

@@ -107,6 +107,12 @@ class HttpServer {
   HttpServer() = default;
   HttpResponse Dispatch(const HttpRequest& request) const;
   HttpResponse Login(const HttpRequest& request) const;
+  // One request: /login, else the token or the session cookie, else a 401
+  // (the login form for a browser).
+  HttpResponse Handle(const HttpRequest& request, const std::string& authorization, const std::string& cookie,
+                      const std::string& accept) const;
+  // Every path and method to Handle (GET, POST) or a 405.
+  void Route(httplib::Server& http);
 
   HttpServerOptions options_;
   std::string session_;

@@ -141,6 +141,8 @@ th{background:#eee}td.text{text-align:left}
 )";
 }
 
+// The page's script, as one raw string literal: long because it is the
+// script's text (data the binary serves), not logic in C++.
 absl::string_view PageScript() {
   return R"JS('use strict';
 // The job page: polls the server's JSON once a second and redraws. Every

@@ -97,7 +97,10 @@ void RpcMetrics::AppendTo(Exposition* out) const {
   }
 }
 
-void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
+namespace {
+
+// The server as a whole.
+void AppendServerWide(const ServiceSnapshot& s, Exposition* out) {
   out->Get("cpptorchrun_rdzv_runs", "Runs the server holds.", Type::kGauge).Add({}, s.runs);
   out->Get("cpptorchrun_rdzv_runs_not_exported",
            "Runs held but not exported (beyond the export bound; the least recently active).",
@@ -123,7 +126,10 @@ void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
   out->Get("cpptorchrun_rdzv_round_duration_seconds", "How long each ended round stood, all runs.",
            Type::kHistogram)
       .AddHistogram({}, s.round_duration);
+}
 
+// Each exported run's round, state, sizes, restarts and store.
+void AppendRuns(const std::vector<RunSample>& runs, Exposition* out) {
   auto& round = out->Get("cpptorchrun_rdzv_round", "The run's latest completed round.", Type::kGauge);
   auto& state = out->Get("cpptorchrun_rdzv_run_state",
                          "1 for the run's state (forming, active, closed).", Type::kGauge);
@@ -143,20 +149,7 @@ void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
                             Type::kCounter);
   auto& keys = out->Get("cpptorchrun_rdzv_run_store_keys", "Keys in the run's store.", Type::kGauge);
   auto& bytes = out->Get("cpptorchrun_rdzv_run_store_bytes", "Bytes in the run's store.", Type::kGauge);
-  auto& keep_alive = out->Get("cpptorchrun_rdzv_keep_alive_age_seconds",
-                              "Seconds since the node's last keep-alive, by group rank.", Type::kGauge);
-  auto& node_restarts = out->Get("cpptorchrun_rdzv_node_restarts",
-                                 "The restarts the node has spent (its --max_restarts count).",
-                                 Type::kGauge);
-  auto& step = out->Get("cpptorchrun_rdzv_rank_step", "The rank's latest step.", Type::kGauge);
-  auto& epoch = out->Get("cpptorchrun_rdzv_rank_epoch", "The rank's latest epoch.", Type::kGauge);
-  auto& loss = out->Get("cpptorchrun_rdzv_rank_loss", "The rank's latest loss.", Type::kGauge);
-  auto& speed = out->Get("cpptorchrun_rdzv_rank_samples_per_second", "The rank's latest samples/s.",
-                         Type::kGauge);
-  auto& heartbeat = out->Get("cpptorchrun_rdzv_rank_heartbeat_age_seconds",
-                             "Seconds since the rank's agent last heard from it (as of its keep-alive).",
-                             Type::kGauge);
-  for (const RunSample& r : s.exported) {
+  for (const RunSample& r : runs) {
     const Labels run = {{"run", r.run_id}};
     round.Add(run, r.round);
     for (const char* name : {"forming", "active", "closed"}) {
@@ -174,6 +167,25 @@ void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
     }
     keys.Add(run, r.store_keys);
     bytes.Add(run, r.store_bytes);
+  }
+}
+
+// Each exported run's nodes (keep-alive age, restarts) and ranks (progress).
+void AppendNodesAndRanks(const std::vector<RunSample>& runs, Exposition* out) {
+  auto& keep_alive = out->Get("cpptorchrun_rdzv_keep_alive_age_seconds",
+                              "Seconds since the node's last keep-alive, by group rank.", Type::kGauge);
+  auto& node_restarts = out->Get("cpptorchrun_rdzv_node_restarts",
+                                 "The restarts the node has spent (its --max_restarts count).",
+                                 Type::kGauge);
+  auto& step = out->Get("cpptorchrun_rdzv_rank_step", "The rank's latest step.", Type::kGauge);
+  auto& epoch = out->Get("cpptorchrun_rdzv_rank_epoch", "The rank's latest epoch.", Type::kGauge);
+  auto& loss = out->Get("cpptorchrun_rdzv_rank_loss", "The rank's latest loss.", Type::kGauge);
+  auto& speed = out->Get("cpptorchrun_rdzv_rank_samples_per_second", "The rank's latest samples/s.",
+                         Type::kGauge);
+  auto& heartbeat = out->Get("cpptorchrun_rdzv_rank_heartbeat_age_seconds",
+                             "Seconds since the rank's agent last heard from it (as of its keep-alive).",
+                             Type::kGauge);
+  for (const RunSample& r : runs) {
     for (const NodeSample& n : r.node_samples) {
       const Labels node = {{"run", r.run_id}, {"node_rank", absl::StrCat(n.group_rank)}};
       keep_alive.Add(node, n.keep_alive_age_s);
@@ -188,6 +200,14 @@ void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
       heartbeat.Add(rank, k.heartbeat_age_s);
     }
   }
+}
+
+}  // namespace
+
+void AppendServiceMetrics(const ServiceSnapshot& s, Exposition* out) {
+  AppendServerWide(s, out);
+  AppendRuns(s.exported, out);
+  AppendNodesAndRanks(s.exported, out);
 }
 
 }  // namespace cpptorchrun::rdzv

@@ -338,15 +338,14 @@ class Scraper {
   std::thread thread_;
 };
 
-SizeResult RunSize(const Flags& flags, int n, bool metrics) {
-  SizeResult result;
-  Server server = StartServer(flags.server, metrics);
-  if (server.pid < 0) return result;
-  int procs = std::max(1, std::min(flags.procs, n));
+// Forks the agent processes (each runs ChildMain over its share of the n
+// agents); an empty list when a pipe cannot be made.
+std::vector<Child> ForkAgents(const Flags& flags, int n, const std::string& endpoint) {
+  const int procs = std::max(1, std::min(flags.procs, n));
   std::vector<Child> children;
   for (int p = 0; p < procs; ++p) {
     int down[2], up[2];
-    if (pipe(down) != 0 || pipe(up) != 0) return result;
+    if (pipe(down) != 0 || pipe(up) != 0) return {};
     int first = static_cast<int>(static_cast<int64_t>(n) * p / procs);
     int last = static_cast<int>(static_cast<int64_t>(n) * (p + 1) / procs);
     pid_t pid = fork();
@@ -357,13 +356,51 @@ SizeResult RunSize(const Flags& flags, int n, bool metrics) {
         close(c.to);
         close(c.from);
       }
-      _exit(ChildMain(p, server.endpoint, flags.channels, first, last, n, down[0], up[1]));
+      _exit(ChildMain(p, endpoint, flags.channels, first, last, n, down[0], up[1]));
     }
     close(down[0]);
     close(up[1]);
     children.push_back(Child{pid, down[1], up[0]});
   }
-  bool ok = true;
+  return children;
+}
+
+// Tells every agent process to exit and reaps it, then the server.
+void StopAll(const std::vector<Child>& children, const Server& server) {
+  for (const Child& c : children) {
+    WriteLine(c.to, "exit");
+    close(c.to);
+    close(c.from);
+    waitpid(c.pid, nullptr, 0);
+  }
+  kill(server.pid, SIGTERM);
+  waitpid(server.pid, nullptr, 0);
+}
+
+void PrintSize(const Flags& flags, int n, bool metrics, const SizeResult& r) {
+  if (flags.json) {
+    std::printf(
+        "{\"n\": %d, \"round_s\": %.4f, \"store_s\": %.4f, \"gets\": %d, "
+        "\"server_peak_rss_mib\": %.1f, \"metrics\": %s, \"calls_per_s\": %.0f, \"ok\": %s}\n",
+        n, r.join_s, r.store_s, 8 * n, r.rss, metrics ? "true" : "false", r.CallsPerSecond(n),
+        r.ok ? "true" : "false");
+  } else {
+    std::printf(
+        "N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB   %8.0f calls/s%s%s\n",
+        n, r.join_s, 8 * n, r.store_s, r.rss, r.CallsPerSecond(n),
+        metrics ? absl::StrCat("   metrics+page (", r.scrapes, " fetches)").c_str() : "",
+        r.ok ? "" : "   FAILED");
+  }
+  std::fflush(stdout);
+}
+
+// One size: n agents form a round (timed), then read its keys (timed).
+SizeResult RunSize(const Flags& flags, int n, bool metrics) {
+  SizeResult result;
+  Server server = StartServer(flags.server, metrics);
+  if (server.pid < 0) return result;
+  std::vector<Child> children = ForkAgents(flags, n, server.endpoint);
+  bool ok = !children.empty();
   for (const Child& c : children) ok &= ReadLine(c.from) == "ready";
 
   // After the forks: the children must not inherit a thread.
@@ -382,43 +419,19 @@ SizeResult RunSize(const Flags& flags, int n, bool metrics) {
     }
     round = r;
   }
-  double join_s = absl::ToDoubleSeconds(absl::Now() - start);
-
-  double store_s = -1;
+  result.join_s = absl::ToDoubleSeconds(absl::Now() - start);
+  result.store_s = -1;
   if (ok) {
     start = absl::Now();
     for (const Child& c : children) WriteLine(c.to, absl::StrCat("store ", round));
     for (const Child& c : children) ok &= ReadLine(c.from) == "stored ok";
-    store_s = absl::ToDoubleSeconds(absl::Now() - start);
+    result.store_s = absl::ToDoubleSeconds(absl::Now() - start);
   }
   if (scraper != nullptr) result.scrapes = scraper->Stop();
-  double rss = PeakRssMiB(server.pid);
-  for (const Child& c : children) {
-    WriteLine(c.to, "exit");
-    close(c.to);
-    close(c.from);
-    waitpid(c.pid, nullptr, 0);
-  }
-  kill(server.pid, SIGTERM);
-  waitpid(server.pid, nullptr, 0);
+  result.rss = PeakRssMiB(server.pid);
+  StopAll(children, server);
   result.ok = ok;
-  result.join_s = join_s;
-  result.store_s = store_s;
-  result.rss = rss;
-  if (flags.json) {
-    std::printf(
-        "{\"n\": %d, \"round_s\": %.4f, \"store_s\": %.4f, \"gets\": %d, "
-        "\"server_peak_rss_mib\": %.1f, \"metrics\": %s, \"calls_per_s\": %.0f, \"ok\": %s}\n",
-        n, join_s, store_s, 8 * n, rss, metrics ? "true" : "false", result.CallsPerSecond(n),
-        ok ? "true" : "false");
-  } else {
-    std::printf(
-        "N=%-6d round: %7.3f s   store (%d Gets): %7.3f s   server peak RSS: %7.1f MiB   %8.0f calls/s%s%s\n",
-        n, join_s, 8 * n, store_s, rss, result.CallsPerSecond(n),
-        metrics ? absl::StrCat("   metrics+page (", result.scrapes, " fetches)").c_str() : "",
-        ok ? "" : "   FAILED");
-  }
-  std::fflush(stdout);
+  PrintSize(flags, n, metrics, result);
   return result;
 }
 
