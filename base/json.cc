@@ -5,41 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/utf8.h"
 
 namespace cpptorchrun::base {
-namespace {
-
-// The length of the valid UTF-8 sequence at the start of `s`, or 0 when its
-// first byte does not start one (RFC 3629: no overlong forms, no surrogates,
-// nothing above U+10FFFF).
-size_t Utf8SequenceLength(absl::string_view s) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = byte(0);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-  if (b0 < 0x80) return 1;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;  // overlong
-    if (b0 == 0xED) hi = 0x9F;  // surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;  // overlong
-    if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;  // a continuation byte, C0/C1 (overlong), F5..FF
-  }
-  if (s.size() < len) return 0;
-  if (byte(1) < lo || byte(1) > hi) return 0;
-  for (size_t i = 2; i < len; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
-  }
-  return len;
-}
-
-}  // namespace
 
 std::string JsonString(absl::string_view bytes) {
   std::string out;
@@ -47,7 +15,7 @@ std::string JsonString(absl::string_view bytes) {
   out.push_back('"');
   while (!bytes.empty()) {
     const unsigned char c = static_cast<unsigned char>(bytes[0]);
-    const size_t len = Utf8SequenceLength(bytes);
+    const size_t len = Utf8SequenceLength(bytes, 0);
     if (len == 0) {
       out += "\\ufffd";
       bytes.remove_prefix(1);

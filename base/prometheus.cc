@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "base/utf8.h"
 
 namespace cpptorchrun::base::prom {
 namespace {
@@ -23,27 +24,6 @@ bool ValidName(absl::string_view name, bool colon) {
     if (!NameChar(name[i], i == 0, colon)) return false;
   }
   return true;
-}
-
-// The length of the valid UTF-8 sequence at text[i], or 0.
-size_t Utf8Length(absl::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = byte(i);
-  size_t n;
-  uint32_t min;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) { n = 2; min = 0x80; }
-  else if ((c & 0xF0) == 0xE0) { n = 3; min = 0x800; }
-  else if ((c & 0xF8) == 0xF0) { n = 4; min = 0x10000; }
-  else return 0;
-  if (i + n > text.size()) return 0;
-  uint32_t cp = c & (0x7F >> n);
-  for (size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
 }
 
 std::string LabelText(const Labels& labels, const std::pair<std::string, std::string>* extra) {
@@ -84,7 +64,7 @@ std::string EscapeLabelValue(absl::string_view value) {
     if (c == '\\') { out += "\\\\"; ++i; continue; }
     if (c == '"') { out += "\\\""; ++i; continue; }
     if (c == '\n') { out += "\\n"; ++i; continue; }
-    const size_t n = Utf8Length(value, i);
+    const size_t n = Utf8SequenceLength(value, i);
     if (n == 0) {
       out += "\xEF\xBF\xBD";
       ++i;
