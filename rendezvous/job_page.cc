@@ -121,7 +121,7 @@ absl::string_view RunPageHtml() {
 <table id="ranks"><thead><tr><th>node</th><th>host</th><th>keep-alive age</th><th>restarts</th><th>rank</th><th>local</th><th>epoch</th><th>step</th><th>loss</th><th>samples/s</th><th>heartbeat age</th></tr></thead><tbody></tbody></table>
 <p>Waiting: <span id="waiting">none</span></p>
 <h2>Restarts</h2>
-<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>total</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
+<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>in the launcher</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
 <h2>Loss</h2><svg id="loss" class="chart" viewBox="0 0 600 200"></svg>
 <h2>Samples/s</h2><svg id="speed" class="chart" viewBox="0 0 600 200"></svg>
 <p id="legend"></p>
