@@ -19,6 +19,8 @@ worker is killed, and how soon a lost node is noticed.
 Lines are timestamped as they reach the log file (a watcher polls every
 5 ms), the same way for every launcher. In the runner as section "recovery".
 """
+import glob
+import json
 import os
 import re
 import shutil
@@ -106,6 +108,24 @@ def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
         res.add("recovery/%s/kill_to_first_step_ms" % name, (stepped - t0) * 1e3, "ms")
 
 
+RESTART_PHASES = ("detected_to_stopped_s", "stopped_to_joined_s", "joined_to_started_s",
+                  "started_to_comm_ready_s", "comm_ready_to_restored_s", "restored_to_first_step_s", "total_s")
+
+
+def add_restart_phases(res, name, log_dir):
+    """Each restart's phases as the launcher measured them (its event log's
+    restart_completed: from the failure's detection to every local worker's
+    first step)."""
+    for path in glob.glob(os.path.join(log_dir, "*", "events.jsonl")):
+        with open(path) as f:
+            for line in f:
+                e = json.loads(line)
+                if e.get("event") != "restart_completed":
+                    continue
+                for phase in RESTART_PHASES:
+                    res.add("recovery/%s/phase/%s_ms" % (name, phase[:-2]), e[phase] * 1e3, "ms")
+
+
 def newest_checkpoint(ckpt):
     return lambda: (jobs.checkpoints(ckpt) or [None])[-1]
 
@@ -141,6 +161,7 @@ def one_node(ctx, res, kills):
     log = os.path.join(work, "job.log")
     argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
             "--fake_gpus=2", "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
+            "--log_dir", os.path.join(work, "logs"),
             os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--checkpoint_every",
             CHECKPOINT_EVERY, "--checkpoint_dir", ckpt, "--progress", "lines"]
     p = spawn_logged(argv, log)
@@ -155,6 +176,7 @@ def one_node(ctx, res, kills):
             if m:
                 for key, v in zip(("total", "before_main", "data", "communicator"), m.groups()):
                     res.add("recovery/cpptorchrun/worker_start/%s_ms" % key, float(v) * 1e3, "ms")
+        add_restart_phases(res, "cpptorchrun/one_node", os.path.join(work, "logs"))
     finally:
         watch.close()
         stop(p)
@@ -195,6 +217,10 @@ def two_nodes(ctx, res, kills):
                 kill_and_time(res, "cpptorchrun/two_nodes", kills,
                               lambda: a.proc.poll() is None and b.proc.poll() is None,
                               b.worker_pids, newest_checkpoint(os.path.join(work, "ckpt")), watch)
+                # The killed node's restarts, phase by phase (its event log).
+                for e in jobs.named(b.events_so_far(), "restart_completed"):
+                    for phase in RESTART_PHASES:
+                        res.add("recovery/cpptorchrun/two_nodes/phase/%s_ms" % phase[:-2], e[phase] * 1e3, "ms")
             finally:
                 watch.close()
         finally:
