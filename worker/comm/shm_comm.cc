@@ -18,8 +18,9 @@
 // shares of its chunk that the other ranks own into its slot; (2) each rank
 // sums its own share over every rank (its own from its buffer, the others'
 // from their slots, in rank order, so all ranks hold identical results),
-// divides for an average, and writes the result into its slot; (3) each rank
-// copies every share from its owner's slot. Two steps a chunk.
+// divides for an average, and writes the result into its slot and its
+// buffer; (3) each rank copies the other shares from their owners' slots.
+// Two steps a chunk.
 #include "worker/comm/shm_comm.h"
 
 #include <errno.h>
@@ -119,38 +120,47 @@ std::string FreshSegmentName() {
   return absl::StrFormat("/cpptorchrun-shm-%d-%016x", ::getpid(), nonce);
 }
 
-// Element i of the sum over `world` sources, written to `out` (which aliases
-// none of them), divided by the world for an average.
+// The sum over `world` sources of n elements, divided by the world for an
+// average, written to `out` (which aliases none of them) and then to
+// `copy` (which may alias a source), a cache-sized block at a time so that
+// the second write reads from cache.
 template <typename T>
-void SumInto(char* out_bytes, const char* const* src_bytes, int world, int64_t n, bool average) {
-  T* out = reinterpret_cast<T*>(out_bytes);
-  const T* a = reinterpret_cast<const T*>(src_bytes[0]);
-  if (world == 1) {
-    std::memcpy(out, a, n * sizeof(T));
-  } else {
-    const T* b = reinterpret_cast<const T*>(src_bytes[1]);
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-    for (int p = 2; p < world; ++p) {
-      const T* c = reinterpret_cast<const T*>(src_bytes[p]);
-      for (int64_t i = 0; i < n; ++i) out[i] += c[i];
+void SumInto(char* out_bytes, char* copy, const char* const* src_bytes, int world, int64_t n,
+             bool average) {
+  constexpr int64_t kBlock = 4096;
+  const T w = static_cast<T>(world);
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t len = std::min(kBlock, n - begin);
+    T* out = reinterpret_cast<T*>(out_bytes) + begin;
+    const T* a = reinterpret_cast<const T*>(src_bytes[0]) + begin;
+    if (world == 1) {
+      std::memcpy(out, a, len * sizeof(T));
+    } else {
+      const T* b = reinterpret_cast<const T*>(src_bytes[1]) + begin;
+      for (int64_t i = 0; i < len; ++i) out[i] = a[i] + b[i];
+      for (int p = 2; p < world; ++p) {
+        const T* c = reinterpret_cast<const T*>(src_bytes[p]) + begin;
+        for (int64_t i = 0; i < len; ++i) out[i] += c[i];
+      }
     }
-  }
-  if (average) {
-    const T w = static_cast<T>(world);
-    for (int64_t i = 0; i < n; ++i) out[i] /= w;
+    if (average) {
+      for (int64_t i = 0; i < len; ++i) out[i] /= w;
+    }
+    std::memcpy(copy + begin * sizeof(T), out, len * sizeof(T));
   }
 }
 
-void Reduce(DType dtype, char* out, const char* const* srcs, int world, int64_t n, bool average) {
+void Reduce(DType dtype, char* out, char* copy, const char* const* srcs, int world, int64_t n,
+            bool average) {
   switch (dtype) {
     case DType::kFloat32:
-      return SumInto<float>(out, srcs, world, n, average);
+      return SumInto<float>(out, copy, srcs, world, n, average);
     case DType::kFloat64:
-      return SumInto<double>(out, srcs, world, n, average);
+      return SumInto<double>(out, copy, srcs, world, n, average);
     case DType::kInt64:
-      return SumInto<int64_t>(out, srcs, world, n, false);
+      return SumInto<int64_t>(out, copy, srcs, world, n, false);
     case DType::kUint8:
-      return SumInto<uint8_t>(out, srcs, world, n, false);
+      return SumInto<uint8_t>(out, copy, srcs, world, n, false);
   }
 }
 
@@ -273,10 +283,11 @@ class ShmCommunicator final : public Communicator {
       for (int p = 0; p < world_; ++p) {
         srcs[p] = (p == rank_ ? mine : Slot(p, buffer)) + lo * esize;
       }
-      Reduce(dtype, slot + lo * esize, srcs.data(), world_, hi - lo, average);
+      Reduce(dtype, slot + lo * esize, mine + lo * esize, srcs.data(), world_, hi - lo, average);
       Post();
       if (absl::Status s = WaitAll(deadline, "all-reduce"); !s.ok()) return s;
       for (int q = 0; q < world_; ++q) {
+        if (q == rank_) continue;  // written by the reduction
         auto [qlo, qhi] = Share(n, q);
         std::memcpy(mine + qlo * esize, Slot(q, buffer) + qlo * esize, (qhi - qlo) * esize);
       }
