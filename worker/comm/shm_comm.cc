@@ -88,6 +88,14 @@ size_t SegmentBytes(int world, size_t slot_bytes) {
   return HeaderBytes(world) + size_t(world) * 2 * slot_bytes;
 }
 
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
@@ -335,7 +343,7 @@ class ShmCommunicator final : public Communicator {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     do {
       for (int i = 0; i < 32; ++i) {
-        __builtin_ia32_pause();
+        CpuRelax();
         if (reached()) return absl::OkStatus();
       }
     } while (std::chrono::steady_clock::now() < spin_until);
@@ -344,6 +352,9 @@ class ShmCommunicator final : public Communicator {
       if (absl::Status s = Aborted(); !s.ok()) return s;
       const absl::Time now = absl::Now();
       if (now >= deadline) {
+        // The ranks' steps no longer line up: later collectives must fail
+        // too, here and on the peers.
+        Publish(absl::StrCat("rank ", rank_, " gave up waiting for rank ", p));
         return absl::DeadlineExceededError(absl::StrCat(
             "shm ", what, ": rank ", p, " did not arrive within ",
             absl::FormatDuration(timeout_), " (rank ", rank_, " waiting at step ", target, ")"));

@@ -127,6 +127,11 @@ TEST(ShmComm, TimeoutNamesTheMissingRank) {
   absl::Status status = comms[0]->AllReduce(v.data(), v.size(), DType::kFloat64, ReduceOp::kSum);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(status.message(), HasSubstr("rank 1 did not arrive"));
+  // The ranks' steps no longer line up, so the group is done for: rank 1's
+  // next collective fails at once instead of pairing with the wrong step.
+  absl::Status late = comms[1]->AllReduce(v.data(), v.size(), DType::kFloat64, ReduceOp::kSum);
+  EXPECT_EQ(late.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(late.message(), HasSubstr("rank 0 gave up waiting for rank 1"));
 }
 
 TEST(ShmComm, NoSegmentLeftAfterSuccessOrFailedBootstrap) {
