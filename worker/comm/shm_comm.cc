@@ -141,18 +141,24 @@ void SumInto(char* out_bytes, char* copy, const char* const* src_bytes, int worl
     const int64_t len = std::min(kBlock, n - begin);
     T* out = reinterpret_cast<T*>(out_bytes) + begin;
     const T* a = reinterpret_cast<const T*>(src_bytes[0]) + begin;
+    // The division rides on the last pass: one pass over the share at world 2.
     if (world == 1) {
       std::memcpy(out, a, len * sizeof(T));
     } else {
       const T* b = reinterpret_cast<const T*>(src_bytes[1]) + begin;
-      for (int64_t i = 0; i < len; ++i) out[i] = a[i] + b[i];
+      if (average && world == 2) {
+        for (int64_t i = 0; i < len; ++i) out[i] = (a[i] + b[i]) / w;
+      } else {
+        for (int64_t i = 0; i < len; ++i) out[i] = a[i] + b[i];
+      }
       for (int p = 2; p < world; ++p) {
         const T* c = reinterpret_cast<const T*>(src_bytes[p]) + begin;
-        for (int64_t i = 0; i < len; ++i) out[i] += c[i];
+        if (average && p == world - 1) {
+          for (int64_t i = 0; i < len; ++i) out[i] = (out[i] + c[i]) / w;
+        } else {
+          for (int64_t i = 0; i < len; ++i) out[i] += c[i];
+        }
       }
-    }
-    if (average) {
-      for (int64_t i = 0; i < len; ++i) out[i] /= w;
     }
     std::memcpy(copy + begin * sizeof(T), out, len * sizeof(T));
   }
