@@ -54,6 +54,7 @@ namespace {
 constexpr uint64_t kMagic = 0x31306d6873707063;  // "cppshm01"
 constexpr size_t kPage = 4096;
 constexpr size_t kReasonBytes = 256;
+constexpr size_t kMaxSlotBytes = size_t{32} << 20;
 // Spinning before sleeping: long enough to catch a peer a step behind on
 // an idle core, short enough not to steal a busy one's time.
 constexpr auto kSpin = std::chrono::microseconds(5);
@@ -441,6 +442,16 @@ absl::Status Create(const std::string& name, int world, size_t slot_bytes, Mappi
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Errno(absl::StrCat("shm: cannot create ", name));
   map.bytes = SegmentBytes(world, slot_bytes);
+  // Reserves the memory now: a full /dev/shm is an error here rather than
+  // a SIGBUS at the first write.
+  if (int err = ::posix_fallocate(fd, 0, map.bytes); err != 0) {
+    errno = err;
+    absl::Status s = Errno(absl::StrCat("shm: cannot reserve ", map.bytes, " bytes for ", name,
+                                        " (is /dev/shm full or small?)"));
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return s;
+  }
   if (::ftruncate(fd, map.bytes) != 0) {
     absl::Status s = Errno(absl::StrCat("shm: cannot size ", name, " to ", map.bytes, " bytes"));
     ::close(fd);
@@ -511,7 +522,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewShmCommunicator(const ShmOption
     return absl::InvalidArgumentError(
         absl::StrCat("shm: slot of ", options.slot_bytes, " bytes; at least 64"));
   }
-  const size_t slot_bytes = RoundUp(options.slot_bytes, 64);
+  // All slots together stay within kMaxSlotBytes (a container's /dev/shm is
+  // often 64 MiB); the same on every rank, as it depends only on the options.
+  const size_t slot_bytes = std::max<size_t>(
+      64, std::min<size_t>(RoundUp(options.slot_bytes, 64), kMaxSlotBytes / (2 * world) / 64 * 64));
   const absl::Time deadline = absl::Now() + options.timeout;
   std::string name = options.segment_name;
   auto mapping = std::make_unique<Mapping>();

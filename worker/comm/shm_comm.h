@@ -35,7 +35,8 @@ struct ShmOptions {
   // it, rank 0 creates it. A POSIX shm name: "/" then no other slash.
   std::string segment_name;
   // Bytes of a rank's slot: a chunk's size. Any count works; larger ones
-  // travel in several chunks.
+  // travel in several chunks. Capped so that the slots of all ranks (two
+  // each) take at most 32 MiB of /dev/shm.
   int64_t slot_bytes = int64_t{2} << 20;
   // Bounds the bootstrap (until every rank has mapped the segment) and
   // every collective.

@@ -158,6 +158,19 @@ TEST(ShmComm, NoSegmentLeftAfterSuccessOrFailedBootstrap) {
   EXPECT_FALSE(SegmentExists(*name)) << *name << " left in /dev/shm after a failed bootstrap";
 }
 
+TEST(ShmComm, SlotsAreCappedToFitASmallDevShm) {
+  // 1 GiB slots would need 4 GiB of /dev/shm at world 2; the cap keeps the
+  // segment within 32 MiB of slots, and the results are the same.
+  std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+  auto comms = OpenAll(store.get(), 2, [](ShmOptions& o) { o.slot_bytes = int64_t{1} << 30; });
+  ASSERT_EQ(comms.size(), 2u);
+  OnEachRank(comms, [](int rank, Communicator& comm) {
+    std::vector<float> v(100, float(rank + 1));
+    ASSERT_TRUE(comm.AllReduce(v.data(), v.size(), DType::kFloat32, ReduceOp::kAverage).ok());
+    EXPECT_FLOAT_EQ(v[99], 1.5f);
+  });
+}
+
 TEST(ShmComm, RejectsBadOptions) {
   ShmOptions o;
   o.rank = 2;
