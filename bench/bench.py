@@ -202,7 +202,8 @@ def section_fuzz(ctx, res):
 
 SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "training": train_bench.section_training, "ddp": ddp_bench.section_ddp,
-            "recovery": recovery_bench.section_recovery, "fuzz": section_fuzz}
+            "recovery": recovery_bench.section_recovery, "fuzz": section_fuzz,
+            "allreduce": ddp_bench.section_allreduce}
 
 
 def register(name, fn):

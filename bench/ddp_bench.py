@@ -40,7 +40,10 @@ Standalone, from the repository root:
 In the runner: bench.py registers section_ddp (section "ddp").
 """
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 
 from bench import train_bench
@@ -133,6 +136,27 @@ def section_ddp(ctx, res):
                     "overlap = DDP's default. Definitions: bench/ddp_bench.py")
     if not torch_ok:
         res.note("ddp", "Python reference not measured: %s has no torch" % train_bench.PY)
+
+
+def section_allreduce(ctx, res):
+    """For bench/bench.py: the seed MLP's gradient all-reduced at world 2
+    between processes of one node, shared memory against Gloo in the same run
+    (worker/comm/allreduce_bench.cc: alternating blocks of 100), figures under
+    allreduce/seed_mlp/<backend>/..."""
+    iters = 1000 if ctx.quick else 4000
+    argv = [os.path.join(ctx.bin, "worker", "comm", "allreduce_bench"), "--iters", str(iters)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not rows:
+        raise RuntimeError("allreduce_bench failed: %s" % (r.stderr or r.stdout)[-800:])
+    row = rows[-1]
+    for backend in ("shm", "gloo"):
+        for q in ("p10", "median", "p90"):
+            res.add("allreduce/seed_mlp/%s/%s_ms" % (backend, q), row["%s_ms" % backend][q], "ms")
+    res.note("allreduce", "the seed MLP's gradient (%d floats), world 2 on one node, %d all-reduces "
+                          "(average) per backend in alternating blocks: shared memory median %.3f ms, "
+                          "Gloo %.3f ms" % (row["floats"], iters, row["shm_ms"]["median"],
+                                            row["gloo_ms"]["median"]))
 
 
 def main():

@@ -205,7 +205,8 @@ int Run(const Flags& flags, Reporting& reporting) {
   if (!config.ok()) return Fail(reporting, "InvalidArgument", config.status(), "flags");
   absl::StatusOr<BackendKind> kind =
       ChooseBackend(flags.backend, env->fake_gpu.has_value(), NcclBuilt(),
-                    flags.backend == "gloo" ? 0 : CudaDeviceCount());
+                    flags.backend == "gloo" ? 0 : CudaDeviceCount(), env->world_size,
+                    env->local_world_size);
   if (!kind.ok()) return Fail(reporting, "InvalidArgument", kind.status(), "flags");
   SetTorchThreads(flags.threads);
 
@@ -262,8 +263,10 @@ int main(int argc, char** argv) {
                "NCCL or fake GPUs). Run it under cpptorchrun; alone it trains as a world of one."};
   app.set_version_flag("--version", cpptorchrun::worker::kVersion);
   app.option_defaults()->always_capture_default();
-  app.add_option("--backend", flags.backend, "auto (NCCL on real GPUs, Gloo otherwise), nccl, gloo")
-      ->check(CLI::IsMember({"auto", "nccl", "gloo"}));
+  app.add_option("--backend", flags.backend,
+                 "auto (NCCL on real GPUs, fake GPUs when given, shared memory when every rank is "
+                 "on this node, Gloo otherwise), nccl, gloo, shm (shared memory, one node only)")
+      ->check(CLI::IsMember({"auto", "nccl", "gloo", "shm"}));
   app.add_option("--epochs", flags.train.epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch_size", flags.train.batch_size, "samples per rank and step")->check(CLI::PositiveNumber);
   app.add_option("--lr", flags.train.lr, "Adam's learning rate")->check(CLI::PositiveNumber);

@@ -5,16 +5,26 @@
 #include "worker/comm/fake_gpu_comm.h"
 #include "worker/comm/gloo_comm.h"
 #include "worker/comm/nccl_comm.h"
+#include "worker/comm/shm_comm.h"
 
 namespace cpptorchrun::worker {
 
 absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
-                                          int cuda_devices) {
+                                          int cuda_devices, int world_size, int local_world_size) {
+  const bool one_node = world_size == local_world_size;
   if (flag == "gloo") return BackendKind::kGloo;
   if (flag == "auto") {
     if (fake_gpu) return BackendKind::kFakeGpu;
     if (nccl_built && cuda_devices > 0) return BackendKind::kNccl;
-    return BackendKind::kGloo;
+    return one_node ? BackendKind::kShm : BackendKind::kGloo;
+  }
+  if (flag == "shm") {
+    if (!one_node) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--backend shm needs every rank on one node, but WORLD_SIZE is ", world_size,
+          " and LOCAL_WORLD_SIZE ", local_world_size, "; use --backend gloo or auto"));
+    }
+    return BackendKind::kShm;
   }
   if (flag == "nccl") {
     if (fake_gpu) return BackendKind::kFakeGpu;
@@ -30,7 +40,7 @@ absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu
     return BackendKind::kNccl;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--backend '", flag, "' is not one of auto, nccl, gloo"));
+      absl::StrCat("--backend '", flag, "' is not one of auto, nccl, gloo, shm"));
 }
 
 const char* BackendName(BackendKind kind) {
@@ -41,6 +51,8 @@ const char* BackendName(BackendKind kind) {
       return "nccl";
     case BackendKind::kFakeGpu:
       return "fake-gpu";
+    case BackendKind::kShm:
+      return "shm";
   }
   return "?";
 }
@@ -69,6 +81,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& 
       nccl.device = setup.local_rank;
       nccl.timeout = setup.timeout;
       return NewNcclCommunicator(nccl);
+    }
+    case BackendKind::kShm: {
+      ShmOptions shm;
+      shm.store = setup.store;
+      shm.rank = setup.rank;
+      shm.world_size = setup.world_size;
+      shm.timeout = setup.timeout;
+      return NewShmCommunicator(shm);
     }
   }
   return absl::InternalError("unknown backend");

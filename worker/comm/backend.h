@@ -1,4 +1,4 @@
-// Choosing and building the communicator for --backend auto|nccl|gloo:
+// Choosing and building the communicator for --backend auto|nccl|gloo|shm:
 // the rule is a pure function (tested on its own); MakeCommunicator builds
 // the chosen one over the round's store.
 #ifndef CPPTORCHRUN_WORKER_COMM_BACKEND_H_
@@ -15,14 +15,17 @@
 
 namespace cpptorchrun::worker {
 
-enum class BackendKind { kGloo, kNccl, kFakeGpu };
+enum class BackendKind { kGloo, kNccl, kFakeGpu, kShm };
 
-// auto: fake GPUs when CPPTORCHRUN_FAKE_GPU is set, NCCL when it is built
-// and a GPU is visible, Gloo otherwise. nccl: fake GPUs stand in for it when
-// set; without NCCL in the build or without a GPU, an error saying which.
-// gloo: Gloo. Anything else: InvalidArgument naming the value.
+// auto: fake GPUs when CPPTORCHRUN_FAKE_GPU is set (they keep their NCCL
+// id bootstrap, the part of the NCCL path they exist to exercise), NCCL when
+// it is built and a GPU is visible, shared memory when every rank is on this
+// node (world_size == local_world_size), Gloo otherwise. nccl: fake GPUs
+// stand in for it when set; without NCCL in the build or without a GPU, an
+// error saying which. gloo: Gloo. shm: shared memory, an error when the ranks
+// span nodes. Anything else: InvalidArgument naming the value.
 absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
-                                          int cuda_devices);
+                                          int cuda_devices, int world_size, int local_world_size);
 
 const char* BackendName(BackendKind kind);
 

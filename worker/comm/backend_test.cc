@@ -9,19 +9,36 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Backend, Rule) {
-  EXPECT_EQ(*ChooseBackend("auto", true, true, 8), BackendKind::kFakeGpu);
-  EXPECT_EQ(*ChooseBackend("auto", false, true, 1), BackendKind::kNccl);
-  EXPECT_EQ(*ChooseBackend("auto", false, true, 0), BackendKind::kGloo);
-  EXPECT_EQ(*ChooseBackend("auto", false, false, 4), BackendKind::kGloo);
-  EXPECT_EQ(*ChooseBackend("gloo", true, true, 4), BackendKind::kGloo);
-  EXPECT_EQ(*ChooseBackend("nccl", true, false, 0), BackendKind::kFakeGpu);
-  EXPECT_EQ(*ChooseBackend("nccl", false, true, 2), BackendKind::kNccl);
-  EXPECT_THAT(ChooseBackend("nccl", false, false, 0).status().message(),
+  EXPECT_EQ(*ChooseBackend("auto", true, true, 8, 2, 1), BackendKind::kFakeGpu);
+  EXPECT_EQ(*ChooseBackend("auto", false, true, 1, 2, 1), BackendKind::kNccl);
+  EXPECT_EQ(*ChooseBackend("auto", false, true, 0, 2, 1), BackendKind::kGloo);
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 4, 2, 1), BackendKind::kGloo);
+  EXPECT_EQ(*ChooseBackend("gloo", true, true, 4, 2, 1), BackendKind::kGloo);
+  EXPECT_EQ(*ChooseBackend("nccl", true, false, 0, 2, 1), BackendKind::kFakeGpu);
+  EXPECT_EQ(*ChooseBackend("nccl", false, true, 2, 2, 1), BackendKind::kNccl);
+  EXPECT_THAT(ChooseBackend("nccl", false, false, 0, 2, 1).status().message(),
               HasSubstr("built without CUDA and NCCL"));
-  EXPECT_THAT(ChooseBackend("nccl", false, true, 0).status().message(),
+  EXPECT_THAT(ChooseBackend("nccl", false, true, 0, 2, 1).status().message(),
               HasSubstr("no CUDA device"));
-  EXPECT_THAT(ChooseBackend("mpi", false, true, 0).status().message(),
-              HasSubstr("--backend 'mpi' is not one of auto, nccl, gloo"));
+  EXPECT_THAT(ChooseBackend("mpi", false, true, 0, 2, 1).status().message(),
+              HasSubstr("--backend 'mpi' is not one of auto, nccl, gloo, shm"));
+}
+
+TEST(Backend, SharedMemoryOnlyWhenEveryRankIsOnThisNode) {
+  // auto: shared memory for CPU ranks that all share a node, never across nodes.
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 0, 2, 2), BackendKind::kShm);
+  EXPECT_EQ(*ChooseBackend("auto", false, true, 0, 4, 4), BackendKind::kShm);
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 0, 4, 2), BackendKind::kGloo);
+  // GPUs, real or fake, keep their path (the fake ones their NCCL bootstrap).
+  EXPECT_EQ(*ChooseBackend("auto", true, false, 0, 2, 2), BackendKind::kFakeGpu);
+  EXPECT_EQ(*ChooseBackend("auto", false, true, 2, 2, 2), BackendKind::kNccl);
+  EXPECT_EQ(*ChooseBackend("gloo", false, false, 0, 2, 2), BackendKind::kGloo);
+  EXPECT_EQ(*ChooseBackend("shm", false, false, 0, 2, 2), BackendKind::kShm);
+  EXPECT_EQ(*ChooseBackend("shm", true, true, 2, 1, 1), BackendKind::kShm);
+  absl::StatusOr<BackendKind> spans = ChooseBackend("shm", false, false, 0, 4, 2);
+  EXPECT_EQ(spans.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(spans.status().message(), HasSubstr("needs every rank on one node"));
+  EXPECT_STREQ(BackendName(BackendKind::kShm), "shm");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tests of the communicators, one thread per rank sharing an in-memory
 // rendezvous store, Gloo over TCP on 127.0.0.1. Every test runs on every
-// backend that can run here (Gloo and fake GPUs).
+// backend that can run here (Gloo, fake GPUs, shared memory; the last with a
+// small slot, so that the tests' counts travel in several chunks).
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -15,13 +16,14 @@
 #include "worker/comm/fake_gpu_comm.h"
 #include "worker/comm/gloo_comm.h"
 #include "worker/comm/nccl_bootstrap.h"
+#include "worker/comm/shm_comm.h"
 
 namespace cpptorchrun::worker {
 namespace {
 
 using ::testing::HasSubstr;
 
-enum class Backend { kGloo, kFakeGpu };
+enum class Backend { kGloo, kFakeGpu, kShm };
 
 absl::StatusOr<std::unique_ptr<Communicator>> Make(Backend backend, rdzv::Store* store, int rank,
                                                    int world) {
@@ -31,6 +33,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> Make(Backend backend, rdzv::Store*
   gloo.world_size = world;
   gloo.timeout = absl::Seconds(20);
   if (backend == Backend::kGloo) return NewGlooCommunicator(gloo);
+  if (backend == Backend::kShm) {
+    ShmOptions shm;
+    shm.store = store;
+    shm.rank = rank;
+    shm.world_size = world;
+    shm.slot_bytes = 1024;
+    shm.timeout = gloo.timeout;
+    return NewShmCommunicator(shm);
+  }
   FakeGpuOptions fake;
   fake.gloo = gloo;
   fake.device = rank;
@@ -118,9 +129,18 @@ TEST_P(CommTest, AbortFailsLaterCollectives) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CommTest, ::testing::Values(Backend::kGloo, Backend::kFakeGpu),
+INSTANTIATE_TEST_SUITE_P(Backends, CommTest,
+                         ::testing::Values(Backend::kGloo, Backend::kFakeGpu, Backend::kShm),
                          [](const auto& info) {
-                           return info.param == Backend::kGloo ? "Gloo" : "FakeGpu";
+                           switch (info.param) {
+                             case Backend::kGloo:
+                               return "Gloo";
+                             case Backend::kFakeGpu:
+                               return "FakeGpu";
+                             case Backend::kShm:
+                               return "Shm";
+                           }
+                           return "?";
                          });
 
 TEST(Comm, SingleProcessIsIdentity) {
