@@ -35,7 +35,7 @@ double DefaultLearningRate(OptimizerKind kind) {
     case OptimizerKind::kAdam:
       return 1e-3;
     case OptimizerKind::kSgd:
-      return 0.1;
+      return 0.03;
     case OptimizerKind::kLars:
       return 0.1;
     case OptimizerKind::kLamb:
