@@ -269,7 +269,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "nccl", "gloo", "shm"}));
   app.add_option("--epochs", flags.train.epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch_size", flags.train.batch_size, "samples per rank and step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", flags.train.lr, "Adam's learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--lr", flags.train.lr,
+                 "base learning rate, before --scale_lr (default: the optimizer's: adam 1e-3, "
+                 "sgd 0.03, lars 0.1, lamb 0.01)")
+      ->check(CLI::PositiveNumber)
+      ->default_str("per --optimizer");
+  app.add_option("--optimizer", flags.optimizer,
+                 "adam, sgd (with momentum), lars or lamb (LARS/LAMB: a per-layer trust ratio "
+                 "for large effective batches; biases excluded)")
+      ->check(CLI::IsMember({"adam", "sgd", "lars", "lamb"}));
+  app.add_option("--weight_decay", flags.train.optimizer.weight_decay,
+                 "L2 weight decay (lars and lamb: weight matrices only)")->check(CLI::NonNegativeNumber);
+  app.add_option("--momentum", flags.train.optimizer.momentum, "momentum of sgd and lars")
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--trust_coefficient", flags.train.optimizer.trust_coefficient,
+                 "LARS's eta: a layer's step relative to its weight norm at rate 1")
+      ->check(CLI::PositiveNumber);
   app.add_option("--seed", flags.train.seed, "seed of the initial weights and of the shuffles");
   app.add_option("--data_dir", flags.data_dir, "folder with the MNIST-format IDX files (gzip or raw)");
   flags.data_cache = cpptorchrun::worker::DefaultDataCacheDir([](const char* n) { return std::getenv(n); });

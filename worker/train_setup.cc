@@ -14,6 +14,9 @@ absl::StatusOr<TrainConfig> ConfigFromFlags(const Flags& flags, const WorkerEnv&
   absl::StatusOr<AllReduceMode> allreduce = ParseAllReduceMode(flags.allreduce);
   if (!allreduce.ok()) return allreduce.status();
   config.allreduce = *allreduce;
+  absl::StatusOr<OptimizerKind> optimizer = ParseOptimizerKind(flags.optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  config.optimizer.kind = *optimizer;
   config.restart_count = env.restart_count;
   if (env.restart_count > 0) config.fail_after_steps = 0;
   if (absl::Status valid = ValidateConfig(config); !valid.ok()) return valid;

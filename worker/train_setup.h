@@ -24,6 +24,8 @@ struct Flags {
   int64_t limit = 0;
   double bucket_cap_mb = 25;
   std::string allreduce = "overlap";
+  // --optimizer; its knobs live in train.optimizer.
+  std::string optimizer = "adam";
   double heartbeat_interval = 1.0;
   double comm_timeout = 300;
   std::string metrics_json;
@@ -33,7 +35,7 @@ struct Flags {
 };
 
 // The flags' training config for this worker: bucket cap in bytes, the
-// all-reduce mode, the restart count; fault injection only on the first
+// all-reduce mode, the optimizer, the restart count; fault injection only on the first
 // attempt (so that a restarted group runs to the end). InvalidArgument
 // naming the flag when one is bad.
 absl::StatusOr<TrainConfig> ConfigFromFlags(const Flags& flags, const WorkerEnv& env);

@@ -26,6 +26,31 @@ TEST(ConfigFromFlags, CarriesTheFlagsAndTheRestartCount) {
   EXPECT_EQ(config->restart_count, 0);
 }
 
+TEST(ConfigFromFlags, TheOptimizerAndItsKnobs) {
+  Flags flags;
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, WorkerEnv());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->optimizer.kind, OptimizerKind::kAdam) << "the seed's, as before";
+  EXPECT_EQ(BaseLearningRate(*config), 1e-3);
+  flags.optimizer = "lars";
+  flags.train.optimizer.weight_decay = 1e-4;
+  flags.train.optimizer.momentum = 0.8;
+  flags.train.optimizer.trust_coefficient = 0.02;
+  config = ConfigFromFlags(flags, WorkerEnv());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->optimizer.kind, OptimizerKind::kLars);
+  EXPECT_EQ(config->optimizer.weight_decay, 1e-4);
+  EXPECT_EQ(config->optimizer.momentum, 0.8);
+  EXPECT_EQ(config->optimizer.trust_coefficient, 0.02);
+  EXPECT_EQ(BaseLearningRate(*config), DefaultLearningRate(OptimizerKind::kLars));
+  flags.train.lr = 0.5;
+  EXPECT_EQ(BaseLearningRate(*ConfigFromFlags(flags, WorkerEnv())), 0.5) << "--lr wins";
+  flags.optimizer = "lamb";
+  EXPECT_EQ(ConfigFromFlags(flags, WorkerEnv())->optimizer.kind, OptimizerKind::kLamb);
+  flags.optimizer = "sgd";
+  EXPECT_EQ(ConfigFromFlags(flags, WorkerEnv())->optimizer.kind, OptimizerKind::kSgd);
+}
+
 TEST(ConfigFromFlags, FaultInjectionKillsTheFirstAttemptOnly) {
   Flags flags;
   flags.train.fail_after_steps = 7;
@@ -41,6 +66,12 @@ TEST(ConfigFromFlags, BadFlagsAreNamed) {
   Flags flags;
   flags.allreduce = "later";
   EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--allreduce"));
+  flags = Flags();
+  flags.optimizer = "adamw";
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--optimizer"));
+  flags = Flags();
+  flags.train.optimizer.momentum = 1;
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--momentum"));
   flags = Flags();
   flags.train.keep_checkpoints = 0;
   EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(),

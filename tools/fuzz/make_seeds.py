@@ -88,6 +88,16 @@ def checkpoint():
     data = b"CPTRCKPT" + struct.pack("<IQ", 1, len(payload)) + payload
     data += struct.pack("<I", zlib.crc32(payload) & 0xffffffff)
     write("checkpoint_fuzz", "valid", data)
+    # Version 2: a string table between the reals and the tensors.
+    ints = struct.pack("<I", 1) + name("step") + struct.pack("<q", 64)
+    reals = struct.pack("<I", 0)
+    strings = struct.pack("<I", 1) + name("optimizer") + name("lars")
+    tensors = struct.pack("<I", 1) + name("lars.momentum.0") + struct.pack("<I", 1) + struct.pack("<q", 2)
+    tensors += struct.pack("<Q", 2) + struct.pack("<2f", 0.5, -0.5)
+    payload = ints + reals + strings + tensors
+    data = b"CPTRCKPT" + struct.pack("<IQ", 2, len(payload)) + payload
+    data += struct.pack("<I", zlib.crc32(payload) & 0xffffffff)
+    write("checkpoint_fuzz", "valid_v2", data)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 //
 // Layout: "CPTRCKPT" | u32 version | u64 payload length | payload | u32 CRC-32
 // of the payload. Payload: u32 count of ints, each (u32 name length, name,
-// i64); u32 count of reals, each (name, f64); u32 count of tensors, each
-// (name, u32 rank, i64 dims..., u64 elements, f32 data...).
+// i64); u32 count of reals, each (name, f64); since version 2, u32 count of
+// strings, each (name, u32 value length, value); u32 count of tensors, each
+// (name, u32 rank, i64 dims..., u64 elements, f32 data...). Version 1 (no
+// string table) still reads: an older build's checkpoint resumes.
 #include "worker/training/checkpoint.h"
 
 #include <dirent.h>
@@ -24,7 +26,6 @@ namespace cpptorchrun::worker {
 namespace {
 
 constexpr char kMagic[8] = {'C', 'P', 'T', 'R', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 8 + 4 + 8;
 
 template <typename T>
@@ -89,7 +90,9 @@ const TensorBlob* CheckpointState::Tensor(const std::string& name) const {
   return nullptr;
 }
 
-std::string EncodeCheckpoint(const CheckpointState& state) {
+namespace {
+
+std::string Encode(const CheckpointState& state, uint32_t version) {
   std::string payload;
   Put<uint32_t>(&payload, static_cast<uint32_t>(state.ints.size()));
   for (const auto& [name, v] : state.ints) {
@@ -101,6 +104,13 @@ std::string EncodeCheckpoint(const CheckpointState& state) {
     PutName(&payload, name);
     Put<double>(&payload, v);
   }
+  if (version >= 2) {
+    Put<uint32_t>(&payload, static_cast<uint32_t>(state.strings.size()));
+    for (const auto& [name, v] : state.strings) {
+      PutName(&payload, name);
+      PutName(&payload, v);
+    }
+  }
   Put<uint32_t>(&payload, static_cast<uint32_t>(state.tensors.size()));
   for (const TensorBlob& blob : state.tensors) {
     PutName(&payload, blob.name);
@@ -111,13 +121,26 @@ std::string EncodeCheckpoint(const CheckpointState& state) {
                    blob.data.size() * sizeof(float));
   }
   std::string out(kMagic, sizeof(kMagic));
-  Put<uint32_t>(&out, kVersion);
+  Put<uint32_t>(&out, version);
   Put<uint64_t>(&out, payload.size());
   out += payload;
   uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), payload.size());
   Put<uint32_t>(&out, static_cast<uint32_t>(crc));
   return out;
 }
+
+}  // namespace
+
+std::string CheckpointState::StringOr(const std::string& key, const std::string& otherwise) const {
+  auto it = strings.find(key);
+  return it == strings.end() ? otherwise : it->second;
+}
+
+std::string EncodeCheckpoint(const CheckpointState& state) {
+  return Encode(state, kCheckpointVersion);
+}
+
+std::string EncodeCheckpointV1(const CheckpointState& state) { return Encode(state, 1); }
 
 absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes, const std::string& name) {
   auto loss = [&](const std::string& what) {
@@ -129,7 +152,10 @@ absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes, const
   uint64_t length;
   std::memcpy(&version, bytes.data() + 8, 4);
   std::memcpy(&length, bytes.data() + 12, 8);
-  if (version != kVersion) return loss(absl::StrCat("unsupported version ", version));
+  if (version < 1 || version > kCheckpointVersion) {
+    return loss(absl::StrCat("unsupported version ", version, " (this build reads 1 to ",
+                             kCheckpointVersion, ")"));
+  }
   if (length != bytes.size() - kHeaderBytes - 4) {
     return loss(absl::StrCat("truncated: header says ", length, " payload bytes, file holds ",
                              bytes.size() - kHeaderBytes - 4));
@@ -155,6 +181,14 @@ absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes, const
     double v;
     if (!in.GetName(&key) || !in.Get(&v)) return loss("malformed real record");
     state.reals[key] = v;
+  }
+  if (version >= 2) {
+    if (!in.Get(&n)) return loss("malformed string table");
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string key, v;
+      if (!in.GetName(&key) || !in.GetName(&v)) return loss("malformed string record");
+      state.strings[key] = v;
+    }
   }
   if (!in.Get(&n)) return loss("malformed tensor table");
   for (uint32_t i = 0; i < n; ++i) {

@@ -1,5 +1,5 @@
 // Checkpoints on disk: a small self-checking file format (magic, version,
-// length, CRC-32) holding named integers, reals and float tensors, written
+// length, CRC-32) holding named integers, reals, strings and float tensors, written
 // atomically (temporary file, fsync, rename, fsync of the folder), the last
 // K kept, and the newest valid one found on start with a fallback past
 // truncated or corrupt files. No LibTorch here: the trainer converts its
@@ -27,15 +27,24 @@ struct TensorBlob {
 struct CheckpointState {
   std::map<std::string, int64_t> ints;
   std::map<std::string, double> reals;
+  // Since version 2 (e.g. "optimizer"); a version-1 file reads back with none.
+  std::map<std::string, std::string> strings;
   std::vector<TensorBlob> tensors;
 
   // NotFound naming the key when absent.
   absl::StatusOr<int64_t> Int(const std::string& key) const;
+  // The string under `key`, or `otherwise` when absent.
+  std::string StringOr(const std::string& key, const std::string& otherwise) const;
   const TensorBlob* Tensor(const std::string& name) const;
 };
 
-// Serialises (little-endian, as the machine) and parses the format.
+// Serialises (little-endian, as the machine; always the newest version,
+// kCheckpointVersion) and parses the format (versions 1 and 2).
+inline constexpr uint32_t kCheckpointVersion = 2;
 std::string EncodeCheckpoint(const CheckpointState& state);
+// Version 1 written as older builds did (no string table): for tests of
+// compatibility.
+std::string EncodeCheckpointV1(const CheckpointState& state);
 // DataLoss naming `name` and what is wrong (magic, version, length, CRC,
 // a record running past the end).
 absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes, const std::string& name);

@@ -8,6 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto state = cpptorchrun::worker::DecodeCheckpoint(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-  if (state.ok()) (void)state->Int("step");
+  if (state.ok()) {
+    (void)state->Int("step");
+    (void)state->StringOr("optimizer", "adam");
+  }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -27,6 +28,7 @@ CheckpointState Sample(int64_t step) {
   state.ints["step"] = step;
   state.ints["epoch"] = 2;
   state.reals["loss"] = 0.25;
+  state.strings["optimizer"] = "lamb";
   state.tensors.push_back({"w", {2, 3}, {1, 2, 3, 4, 5, float(step)}});
   state.tensors.push_back({"b", {3}, {-1, 0, 1}});
   return state;
@@ -42,6 +44,31 @@ TEST(Checkpoint, RoundTrip) {
   EXPECT_EQ(back->Tensor("w")->data.back(), 7.0f);
   EXPECT_EQ(back->Tensor("missing"), nullptr);
   EXPECT_EQ(back->Int("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(back->StringOr("optimizer", "adam"), "lamb");
+  EXPECT_EQ(back->StringOr("missing", "none"), "none");
+}
+
+TEST(Checkpoint, AnOlderBuildsVersionOneStillReads) {
+  // Version 1 had no string table: everything else reads back, strings empty.
+  std::string bytes = EncodeCheckpointV1(Sample(3));
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 1u);
+  absl::StatusOr<CheckpointState> back = DecodeCheckpoint(bytes, "v1");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back->Int("step"), 3);
+  EXPECT_DOUBLE_EQ(back->reals.at("loss"), 0.25);
+  EXPECT_TRUE(back->strings.empty());
+  EXPECT_EQ(back->Tensor("b")->data, (std::vector<float>{-1, 0, 1}));
+  std::memcpy(&version, EncodeCheckpoint(Sample(3)).data() + 8, 4);
+  EXPECT_EQ(version, kCheckpointVersion);
+}
+
+TEST(Checkpoint, AFutureVersionIsRefused) {
+  std::string bytes = EncodeCheckpoint(Sample(1));
+  const uint32_t future = kCheckpointVersion + 1;
+  std::memcpy(bytes.data() + 8, &future, 4);
+  EXPECT_THAT(DecodeCheckpoint(bytes, "f").status().message(), HasSubstr("unsupported version 3"));
 }
 
 TEST(Checkpoint, DetectsCorruption) {

@@ -62,6 +62,7 @@ std::string MetricsToJson(const TrainMetrics& m) {
                       ", \"allreduce_seconds\": ", Number(m.allreduce_seconds),
                       ", \"allreduce_hidden_seconds\": ", Number(m.allreduce_hidden_seconds),
                       ", \"allreduce\": ", Quote(m.allreduce), ", \"hidden\": ", Quote(m.hidden),
+                      ", \"optimizer\": ", Quote(m.optimizer), ", \"base_lr\": ", Number(m.base_lr),
                       ", \"by_mode\": ", ModesToJson(m.by_mode),
                       ", \"test_accuracy\": ", m.test_accuracy < 0 ? "null" : Number(m.test_accuracy),
                       ", \"final_loss\": ", Number(m.final_loss),

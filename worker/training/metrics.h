@@ -59,6 +59,10 @@ struct TrainMetrics {
   std::vector<ModeFigures> by_mode;
   // The MLP's hidden widths, "512" or "1024,1024".
   std::string hidden = "512";
+  // --optimizer ("adam", "sgd", "lars", "lamb") and the base rate it used
+  // (before the linear scaling rule).
+  std::string optimizer = "adam";
+  double base_lr = 0;
   // On the t10k split, in [0, 1]; negative when not evaluated.
   double test_accuracy = -1;
   // Mean training loss over the last epoch trained, averaged over ranks.

@@ -1,4 +1,4 @@
-// The training loop: model, data tensors, Adam, DDP, checkpoints, resume,
+// The training loop: model, data tensors, the optimizer, DDP, checkpoints, resume,
 // evaluation and the final figures. Train is the boundary: inside it,
 // LibTorch's exceptions become statuses and every failure aborts the
 // communicator.
@@ -21,6 +21,7 @@
 #include "worker/training/checkpoint.h"
 #include "worker/training/ddp.h"
 #include "worker/data/sampler.h"
+#include "worker/training/optimizers.h"
 #include "worker/training/schedule.h"
 #include "worker/training/step_plan.h"
 #include "worker/data/torch_random.h"
@@ -96,23 +97,6 @@ torch::Tensor LabelsTensor(const Dataset& data) {
       .to(torch::kLong);
 }
 
-std::string StateKey(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-
-torch::optim::AdamParamState& AdamState(torch::optim::Adam& optimizer, const torch::Tensor& p) {
-  auto& states = optimizer.state();
-  auto it = states.find(StateKey(p));
-  if (it == states.end()) {
-    auto fresh = std::make_unique<torch::optim::AdamParamState>();
-    fresh->step(0);
-    fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    it = states.emplace(StateKey(p), std::move(fresh)).first;
-  }
-  return static_cast<torch::optim::AdamParamState&>(*it->second);
-}
-
 TensorBlob ToBlob(const std::string& name, const torch::Tensor& t) {
   torch::Tensor c = t.detach().contiguous().to(torch::kFloat);
   TensorBlob blob;
@@ -142,7 +126,13 @@ struct Position {
   int64_t opt_step = 0;
 };
 
-CheckpointState Snapshot(const std::vector<torch::Tensor>& params, torch::optim::Adam& optimizer,
+// The checkpoint names of parameter i's optimizer state: "<optimizer>.<field>.<i>"
+// and "<optimizer>.step.<i>" ("adam.exp_avg.0", as before version 2).
+std::string StateName(const ModelOptimizer& optimizer, const std::string& field, size_t i) {
+  return absl::StrCat(OptimizerName(optimizer.kind()), ".", field, ".", i);
+}
+
+CheckpointState Snapshot(const std::vector<torch::Tensor>& params, ModelOptimizer& optimizer,
                          const Position& pos, int world_size, const TrainConfig& config) {
   CheckpointState state;
   state.ints["epoch"] = pos.epoch;
@@ -152,18 +142,34 @@ CheckpointState Snapshot(const std::vector<torch::Tensor>& params, torch::optim:
   state.ints["world_size"] = world_size;
   state.ints["batch_size"] = config.batch_size;
   state.ints["seed"] = static_cast<int64_t>(config.seed);
+  state.strings["optimizer"] = OptimizerName(optimizer.kind());
   for (size_t i = 0; i < params.size(); ++i) {
     state.tensors.push_back(ToBlob(absl::StrCat("param.", i), params[i]));
-    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
-    state.ints[absl::StrCat("adam.step.", i)] = adam.step();
-    state.tensors.push_back(ToBlob(absl::StrCat("adam.exp_avg.", i), adam.exp_avg()));
-    state.tensors.push_back(ToBlob(absl::StrCat("adam.exp_avg_sq.", i), adam.exp_avg_sq()));
+    if (optimizer.CountsSteps()) {
+      state.ints[StateName(optimizer, "step", i)] = optimizer.StepCount(i);
+    }
+    for (const StateTensor& field : optimizer.State(i)) {
+      state.tensors.push_back(ToBlob(StateName(optimizer, field.field, i), field.tensor));
+    }
   }
   return state;
 }
 
+// FailedPrecondition naming both when the checkpoint's optimizer is not
+// this run's. A version-1 checkpoint (older builds) names none: Adam, the
+// only one there was.
+absl::Status CheckSameOptimizer(const CheckpointState& state, const ModelOptimizer& optimizer) {
+  const std::string written = state.StringOr("optimizer", OptimizerName(OptimizerKind::kAdam));
+  const std::string ours = OptimizerName(optimizer.kind());
+  if (written == ours) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the checkpoint was written with --optimizer ", written, " but this run has --optimizer ",
+      ours, ": resume with --optimizer ", written, ", or start afresh in another --checkpoint_dir"));
+}
+
 absl::Status Restore(const CheckpointState& state, std::vector<torch::Tensor>& params,
-                     torch::optim::Adam& optimizer, Position* pos) {
+                     ModelOptimizer& optimizer, Position* pos) {
+  CPPTORCHRUN_RETURN_IF_ERROR(CheckSameOptimizer(state, optimizer));
   for (const char* key : {"epoch", "samples_in_epoch", "global_step", "opt_step"}) {
     if (!state.Int(key).ok()) return state.Int(key).status();
   }
@@ -173,13 +179,15 @@ absl::Status Restore(const CheckpointState& state, std::vector<torch::Tensor>& p
   pos->opt_step = *state.Int("opt_step");
   for (size_t i = 0; i < params.size(); ++i) {
     CPPTORCHRUN_RETURN_IF_ERROR(FromBlob(state, absl::StrCat("param.", i), params[i]));
-    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
-    absl::StatusOr<int64_t> step = state.Int(absl::StrCat("adam.step.", i));
-    if (!step.ok()) return step.status();
-    adam.step(*step);
-    CPPTORCHRUN_RETURN_IF_ERROR(FromBlob(state, absl::StrCat("adam.exp_avg.", i), adam.exp_avg()));
-    CPPTORCHRUN_RETURN_IF_ERROR(
-        FromBlob(state, absl::StrCat("adam.exp_avg_sq.", i), adam.exp_avg_sq()));
+    if (optimizer.CountsSteps()) {
+      absl::StatusOr<int64_t> step = state.Int(StateName(optimizer, "step", i));
+      if (!step.ok()) return step.status();
+      optimizer.SetStepCount(i, *step);
+    }
+    for (StateTensor& field : optimizer.State(i)) {
+      CPPTORCHRUN_RETURN_IF_ERROR(
+          FromBlob(state, StateName(optimizer, field.field, i), field.tensor));
+    }
   }
   return absl::OkStatus();
 }
@@ -188,7 +196,7 @@ absl::Status Restore(const CheckpointState& state, std::vector<torch::Tensor>& p
 // and the optimizer state from it (parameters follow in DDP's broadcast),
 // so only rank 0 needs to see the checkpoint folder.
 absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
-                            std::vector<torch::Tensor>& params, torch::optim::Adam& optimizer,
+                            std::vector<torch::Tensor>& params, ModelOptimizer& optimizer,
                             Position* pos, const std::function<void(const std::string&)>& warn) {
   int64_t meta[5] = {0, 0, 0, 0, 0};
   if (comm.rank() == 0 && !config.checkpoint_dir.empty()) {
@@ -220,24 +228,24 @@ absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
   }
   if (meta[0] == 0) return false;
   *pos = Position{meta[1], meta[2], meta[3], meta[4]};
+  // The optimizer's state: step counts (zeros for kinds without), then
+  // every state field flattened, in parameter and field order.
   std::vector<int64_t> steps;
-  std::vector<torch::Tensor> moments;
-  for (const torch::Tensor& p : params) {
-    torch::optim::AdamParamState& adam = AdamState(optimizer, p);
-    steps.push_back(adam.step());
-    moments.push_back(adam.exp_avg().reshape({-1}));
-    moments.push_back(adam.exp_avg_sq().reshape({-1}));
+  std::vector<torch::Tensor> fields;
+  for (size_t i = 0; i < params.size(); ++i) {
+    steps.push_back(optimizer.StepCount(i));
+    for (const StateTensor& field : optimizer.State(i)) fields.push_back(field.tensor.reshape({-1}));
   }
   CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(steps.data(), steps.size(), DType::kInt64, 0));
-  torch::Tensor flat = torch::cat(moments);
+  torch::Tensor flat = torch::cat(fields);
   CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(flat.data_ptr<float>(), flat.numel(), DType::kFloat32, 0));
   int64_t offset = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    torch::optim::AdamParamState& adam = AdamState(optimizer, params[i]);
-    adam.step(steps[i]);
-    for (torch::Tensor t : {adam.exp_avg(), adam.exp_avg_sq()}) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
+    optimizer.SetStepCount(i, steps[i]);
+    for (StateTensor& field : optimizer.State(i)) {
+      torch::NoGradGuard no_grad;
+      field.tensor.copy_(flat.narrow(0, offset, field.tensor.numel()).view_as(field.tensor));
+      offset += field.tensor.numel();
     }
   }
   return true;
@@ -302,7 +310,7 @@ class TrainingRun {
 
   Mlp model_;
   std::vector<torch::Tensor> params_;
-  torch::optim::Adam optimizer_;
+  ModelOptimizer optimizer_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::optional<DistributedSampler> sampler_;
   LrSchedule schedule_;
@@ -341,10 +349,10 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
       now_(deps.now ? deps.now : std::function<double()>(SteadySeconds)),
       model_(InitialisedMlp(config)),
       params_(model_->parameters()),
-      optimizer_(params_, torch::optim::AdamOptions(config.lr)),
+      optimizer_(config.optimizer, params_, BaseLearningRate(config)),
       images_(ImagesTensor(*deps.train)),
       labels_(LabelsTensor(*deps.train)) {
-  schedule_.base_lr = config.lr;
+  schedule_.base_lr = BaseLearningRate(config);
   schedule_.scale = int64_t{comm_.world_size()} * config.grad_accum_steps;
   schedule_.scale_lr = config.scale_lr;
   schedule_.warmup_steps = config.warmup_steps;
@@ -354,6 +362,8 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
   metrics_.backend = comm_.backend();
   metrics_.allreduce = AllReduceModeName(config.allreduce);
   metrics_.hidden = absl::StrJoin(config.hidden, ",");
+  metrics_.optimizer = OptimizerName(config.optimizer.kind);
+  metrics_.base_lr = BaseLearningRate(config);
 }
 
 absl::Status TrainingRun::Start() {
@@ -442,9 +452,7 @@ absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const 
   backward_seconds_ += now_() - backward_start;
   CPPTORCHRUN_RETURN_IF_ERROR(ddp_->FinishBackward());
   if (plan.sync) {
-    auto& adam = static_cast<torch::optim::AdamOptions&>(optimizer_.param_groups()[0].options());
-    adam.lr(LearningRate(schedule_, pos_.opt_step));
-    optimizer_.step();
+    optimizer_.Step(LearningRate(schedule_, pos_.opt_step));
     for (torch::Tensor& p : params_) p.mutable_grad().reset();
     ++pos_.opt_step;
   }
@@ -556,7 +564,8 @@ absl::Status ValidateConfig(const TrainConfig& c) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
   if (c.epochs < 1) return bad(absl::StrCat("--epochs must be at least 1, got ", c.epochs));
   if (c.batch_size < 1) return bad(absl::StrCat("--batch_size must be at least 1, got ", c.batch_size));
-  if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad(absl::StrCat("--lr must be positive, got ", c.lr));
+  if (!(c.lr >= 0) || !std::isfinite(c.lr)) return bad(absl::StrCat("--lr must be positive, got ", c.lr));
+  CPPTORCHRUN_RETURN_IF_ERROR(ValidateOptimizerOptions(c.optimizer));
   if (c.grad_accum_steps < 1) {
     return bad(absl::StrCat("--grad_accum_steps must be at least 1, got ", c.grad_accum_steps));
   }
@@ -573,6 +582,10 @@ absl::Status ValidateConfig(const TrainConfig& c) {
     }
   }
   return absl::OkStatus();
+}
+
+double BaseLearningRate(const TrainConfig& config) {
+  return config.lr > 0 ? config.lr : DefaultLearningRate(config.optimizer.kind);
 }
 
 absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& deps) {

@@ -1,6 +1,6 @@
 // The training loop of the seed: Linear(784, 512), ReLU, Linear(512, 10)
 // (or more hidden layers, TrainConfig::hidden);
-// Adam; cross-entropy; the distributed sampler; DDP over the injected
+// Adam, SGD, LARS or LAMB; cross-entropy; the distributed sampler; DDP over the injected
 // communicator; checkpoints and resume; test accuracy at the end. The
 // header is torch-free so that main and tests stay cheap to compile.
 #ifndef CPPTORCHRUN_WORKER_TRAINING_TRAINER_H_
@@ -16,13 +16,17 @@
 #include "worker/data/idx.h"
 #include "worker/training/allreduce_mode.h"
 #include "worker/training/metrics.h"
+#include "worker/training/optimizer_options.h"
 
 namespace cpptorchrun::worker {
 
 struct TrainConfig {
   int64_t epochs = 10;
   int64_t batch_size = 64;  // per rank
-  double lr = 1e-3;
+  // The base learning rate (before the linear scaling rule); 0: the
+  // optimizer's default, DefaultLearningRate(optimizer.kind).
+  double lr = 0;
+  OptimizerOptions optimizer;
   uint64_t seed = 0;
   bool drop_last = false;
   // Optimizer step every this many batches; the all-reduce only on those.
@@ -80,6 +84,9 @@ absl::StatusOr<TrainMetrics> Train(const TrainConfig& config, const TrainDeps& d
 
 // InvalidArgument naming the first bad field.
 absl::Status ValidateConfig(const TrainConfig& config);
+
+// config.lr, or the optimizer's default when it is 0.
+double BaseLearningRate(const TrainConfig& config);
 
 // Sets LibTorch's intra-op threads (process-wide).
 void SetTorchThreads(int threads);

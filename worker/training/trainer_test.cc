@@ -2,7 +2,9 @@
 // equivalence (two ranks of batch 32 = one of batch 64), gradient
 // accumulation, resume after a simulated kill (same final parameters),
 // fallback past a corrupt checkpoint, re-sharding over a new world size,
-// the all-reduce modes of the DDP benchmark, and deeper models.
+// the all-reduce modes of the DDP benchmark, deeper models, and the four
+// optimizers (learning, resume, a checkpoint of another optimizer refused,
+// an older build's Adam checkpoint resumed).
 #include "worker/training/trainer.h"
 
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -202,6 +205,89 @@ TEST(Trainer, ResumeAfterAKillEndsWithTheSameParameters) {
   ASSERT_TRUE(rest.status.ok()) << rest.status;
   EXPECT_EQ(rest.metrics.resumed_from_step, 12);
   EXPECT_EQ(rest.metrics.steps, 20 - 12);
+  EXPECT_EQ(rest.params, whole.params);
+}
+
+TrainConfig With(TrainConfig config, OptimizerKind kind) {
+  config.optimizer.kind = kind;
+  return config;
+}
+
+class EveryOptimizer : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(EveryOptimizer, LearnsTheSyntheticTaskAtItsDefaultRate) {
+  Dataset train = Synthetic(1024, 3);
+  Dataset test = Synthetic(300, 4);
+  TrainConfig config = With(Small(), GetParam());
+  config.epochs = 4;  // 32 steps: LARS and SGD take smaller first steps than Adam
+  Outcome run = TrainOn(2, config, train, &test);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_GT(run.metrics.test_accuracy, 0.9);
+  EXPECT_EQ(run.metrics.optimizer, OptimizerName(GetParam()));
+  EXPECT_EQ(run.metrics.base_lr, DefaultLearningRate(GetParam()));
+}
+
+TEST_P(EveryOptimizer, ResumeAfterAKillEndsWithTheSameParameters) {
+  Dataset data = Synthetic(640, 6);
+  TrainConfig config = With(Small(), GetParam());
+  config.epochs = 2;
+  config.checkpoint_every = 3;
+  config.scale_lr = true;  // the schedule's position must resume too
+  config.warmup_steps = 8;
+  config.checkpoint_dir = FreshDir(absl::StrCat("whole-", OptimizerName(GetParam())));
+  Outcome whole = TrainOn(2, config, data);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+
+  config.checkpoint_dir = FreshDir(absl::StrCat("cut-", OptimizerName(GetParam())));
+  TrainConfig killed = config;
+  killed.fail_after_steps = 7;  // epoch 1, batch 2; last checkpoint after step 6
+  EXPECT_EQ(TrainOn(2, killed, data).status.code(), absl::StatusCode::kAborted);
+  Outcome rest = TrainOn(2, config, data);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.metrics.resumed_from_step, 6);
+  EXPECT_EQ(rest.params, whole.params);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, EveryOptimizer,
+                         ::testing::Values(OptimizerKind::kAdam, OptimizerKind::kSgd,
+                                           OptimizerKind::kLars, OptimizerKind::kLamb),
+                         [](const auto& info) { return std::string(OptimizerName(info.param)); });
+
+TEST(Trainer, ACheckpointOfAnotherOptimizerIsRefusedNamingBoth) {
+  Dataset data = Synthetic(256, 15);
+  TrainConfig config = With(Small(), OptimizerKind::kLars);
+  config.checkpoint_dir = FreshDir("other-optimizer");
+  ASSERT_TRUE(TrainOn(1, config, data).status.ok());
+  config.epochs = 2;
+  config.optimizer.kind = OptimizerKind::kAdam;
+  Outcome run = TrainOn(2, config, data);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(run.status.message(),
+              HasSubstr("written with --optimizer lars but this run has --optimizer adam"));
+  EXPECT_THAT(run.rank_status[1].message(), HasSubstr("rank 0 could not restore"));
+}
+
+TEST(Trainer, AnOlderBuildsAdamCheckpointResumes) {
+  // Version 1, no optimizer named: what builds before --optimizer wrote.
+  Dataset data = Synthetic(640, 16);
+  TrainConfig config = Small();
+  config.epochs = 2;
+  config.checkpoint_dir = FreshDir("v1-whole");
+  Outcome whole = TrainOn(1, config, data);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  config.checkpoint_dir = FreshDir("v1-cut");
+  TrainConfig first = config;
+  first.epochs = 1;
+  ASSERT_TRUE(TrainOn(1, first, data).status.ok());
+  std::vector<std::string> warnings;
+  std::optional<LoadedCheckpoint> loaded = LoadNewestCheckpoint(config.checkpoint_dir, &warnings);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->state.strings.at("optimizer"), "adam");
+  loaded->state.strings.clear();
+  std::ofstream(loaded->path, std::ios::binary | std::ios::trunc) << EncodeCheckpointV1(loaded->state);
+  Outcome rest = TrainOn(1, config, data);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(rest.metrics.resumed_from_step, 10);
   EXPECT_EQ(rest.params, whole.params);
 }
 
@@ -413,6 +499,18 @@ TEST(Trainer, RejectsBadConfig) {
   EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--hidden widths must be in [1, 16384], got 0"));
   config.hidden.assign(17, 8);
   EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--hidden has 17 layers, at most 16"));
+  config = TrainConfig();
+  config.optimizer.momentum = 1.5;
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--momentum"));
+  config = TrainConfig();
+  config.lr = -1;
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("--lr"));
+  config.lr = 0;
+  EXPECT_TRUE(ValidateConfig(config).ok()) << "0: the optimizer's default";
+  config.optimizer.kind = OptimizerKind::kLamb;
+  EXPECT_EQ(BaseLearningRate(config), DefaultLearningRate(OptimizerKind::kLamb));
+  config.lr = 0.3;
+  EXPECT_EQ(BaseLearningRate(config), 0.3);
   EXPECT_EQ(ParseAllReduceMode("after_backward").value(), AllReduceMode::kAfterBackward);
   EXPECT_THAT(ParseAllReduceMode("later").status().message(), HasSubstr("got \"later\""));
   Dataset data = Synthetic(10, 9);
