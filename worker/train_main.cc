@@ -254,15 +254,9 @@ int Run(const Flags& flags, Reporting& reporting) {
 }
 
 }  // namespace
-}  // namespace cpptorchrun::worker
 
-int main(int argc, char** argv) {
-  using cpptorchrun::worker::Flags;
-  Flags flags;
-  CLI::App app{"train: the seed's MLP on Fashion-MNIST with data-parallel SGD (DDP over Gloo, "
-               "NCCL or fake GPUs). Run it under cpptorchrun; alone it trains as a world of one."};
-  app.set_version_flag("--version", cpptorchrun::worker::kVersion);
-  app.option_defaults()->always_capture_default();
+// The flags of the training itself: backend, schedule, optimizer.
+void AddTrainingFlags(CLI::App& app, Flags& flags) {
   app.add_option("--backend", flags.backend,
                  "auto (NCCL on real GPUs, fake GPUs when given, shared memory when every rank is "
                  "on this node, Gloo otherwise), nccl, gloo, shm (shared memory, one node only)")
@@ -285,6 +279,11 @@ int main(int argc, char** argv) {
   app.add_option("--trust_coefficient", flags.train.optimizer.trust_coefficient,
                  "LARS's eta: a layer's step relative to its weight norm at rate 1")
       ->check(CLI::PositiveNumber);
+}
+
+// The flags of the run around it: data, checkpoints, reporting, fault
+// injection.
+void AddRunFlags(CLI::App& app, Flags& flags) {
   app.add_option("--seed", flags.train.seed, "seed of the initial weights and of the shuffles");
   app.add_option("--data_dir", flags.data_dir, "folder with the MNIST-format IDX files (gzip or raw)");
   flags.data_cache = cpptorchrun::worker::DefaultDataCacheDir([](const char* n) { return std::getenv(n); });
@@ -326,6 +325,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
   app.add_option("--fail_after_steps", flags.train.fail_after_steps,
                  "fault injection for tests: fail after N batches (first attempt only)")->group("");
+}
+
+}  // namespace cpptorchrun::worker
+
+int main(int argc, char** argv) {
+  using cpptorchrun::worker::Flags;
+  Flags flags;
+  CLI::App app{"train: the seed's MLP on Fashion-MNIST with data-parallel SGD (DDP over Gloo, "
+               "NCCL or fake GPUs). Run it under cpptorchrun; alone it trains as a world of one."};
+  app.set_version_flag("--version", cpptorchrun::worker::kVersion);
+  app.option_defaults()->always_capture_default();
+  cpptorchrun::worker::AddTrainingFlags(app, flags);
+  cpptorchrun::worker::AddRunFlags(app, flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
