@@ -141,10 +141,11 @@ th{background:#eee}td.text{text-align:left}
 )";
 }
 
-// The page's script, as one raw string literal: long because it is the
-// script's text (data the binary serves), not logic in C++.
-absl::string_view PageScript() {
-  return R"JS('use strict';
+namespace {
+
+// The page's script in three parts (data the binary serves): helpers and
+// charts, rendering, and the polling loop.
+constexpr char kScriptHelpers[] = R"JS('use strict';
 // The job page: polls the server's JSON once a second and redraws. Every
 // value from the server is set as text (never parsed as HTML).
 const COLORS = ['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377c2','#17becf'];
@@ -193,7 +194,9 @@ function mergeHistory(s) {
     history[rank] = points.concat(local);
   }
 }
-function renderRun(s) {
+)JS";
+
+constexpr char kScriptRender[] = R"JS(function renderRun(s) {
   mergeHistory(s);
   document.getElementById('state').textContent = s.state;
   document.getElementById('round').textContent = s.round;
@@ -270,7 +273,9 @@ function renderList(l) {
   }
   document.getElementById('note').textContent = l.not_shown ? l.not_shown + ' less active runs not shown' : '';
 }
-async function poll() {
+)JS";
+
+constexpr char kScriptPoll[] = R"JS(async function poll() {
   const page = document.body.dataset.page;
   try {
     if (page === 'run') {
@@ -288,6 +293,12 @@ async function poll() {
 }
 poll();
 )JS";
+
+}  // namespace
+
+absl::string_view PageScript() {
+  static const std::string* script = new std::string(absl::StrCat(kScriptHelpers, kScriptRender, kScriptPoll));
+  return *script;
 }
 
 }  // namespace cpptorchrun::rdzv
