@@ -847,24 +847,43 @@ TEST_F(ServiceTest, RetryBudgetSpentNamesTheEndpoint) {
   EXPECT_NE(status.message().find(absl::StrCat("127.0.0.1:", port)), std::string::npos) << status;
 }
 
-// The server's clock is injectable: deadlines move with a fake clock, and
-// Tick() applies them without waiting.
-TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
+// A server on a fake clock, and round 1 of "run" formed by nodes a and b
+// (keep-alive deadline 15 s); `b` is b's assignment.
+struct FakeClockRound {
   base::FakeClock clock;
+  std::unique_ptr<RendezvousServer> server;
+  std::unique_ptr<RendezvousClient> client;
+  v1::Assignment b;
+};
+
+void FormTwoNodeRound(FakeClockRound* r) {
   ServerOptions options;
-  options.clock = &clock;
+  options.clock = &r->clock;
   auto server = RendezvousServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
+  r->server = *std::move(server);
   ClientOptions client_options;
-  client_options.endpoint = (*server)->endpoint();
-  auto client = NewGrpcRendezvousClient(client_options);
-  Conf conf{.min_nodes = 2, .max_nodes = 2};  // keep-alive deadline 15 s
+  client_options.endpoint = r->server->endpoint();
+  r->client = NewGrpcRendezvousClient(client_options);
+  Conf conf{.min_nodes = 2, .max_nodes = 2};
   auto a = std::async(std::launch::async, [&] {
     return NewGrpcRendezvousClient(client_options)->Join(Request("run", "a", conf));
   });
-  auto b = client->Join(Request("run", "b", conf));
+  auto b = r->client->Join(Request("run", "b", conf));
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_TRUE(a.get().ok());
+  r->b = *b;
+}
+
+// The server's clock is injectable: deadlines move with a fake clock, and
+// Tick() applies them without waiting.
+TEST(ServiceFakeClock, DeadNodeFoundWhenTheClockPassesItsDeadline) {
+  FakeClockRound r;
+  ASSERT_NO_FATAL_FAILURE(FormTwoNodeRound(&r));
+  base::FakeClock& clock = r.clock;
+  auto& client = r.client;
+  auto* server = &r.server;  // (*server)-> as before
+  const v1::Assignment* b = &r.b;
   clock.Advance(absl::Seconds(10));
   ASSERT_TRUE(client->KeepAlive(KeepAliveOf("run", *b, "b")).ok());
   clock.Advance(absl::Seconds(6));  // a: 16 s silent; b: 6 s
@@ -910,21 +929,12 @@ TEST(ServiceFakeClock, IdleRunsAreForgottenButHeldOnesAreNot) {
 // The metrics snapshot: joins, a lost node, the ended round and how long
 // it stood, restarts counted once per node and round, progress history.
 TEST(ServiceFakeClock, MetricsSnapshotCountsJoinsLossesRoundsAndRestarts) {
-  base::FakeClock clock;
-  ServerOptions options;
-  options.clock = &clock;
-  auto server = RendezvousServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClientOptions client_options;
-  client_options.endpoint = (*server)->endpoint();
-  auto client = NewGrpcRendezvousClient(client_options);
-  Conf conf{.min_nodes = 2, .max_nodes = 2};  // keep-alive deadline 15 s
-  auto a = std::async(std::launch::async, [&] {
-    return NewGrpcRendezvousClient(client_options)->Join(Request("run", "a", conf));
-  });
-  auto b = client->Join(Request("run", "b", conf));
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_TRUE(a.get().ok());
+  FakeClockRound r;
+  ASSERT_NO_FATAL_FAILURE(FormTwoNodeRound(&r));
+  base::FakeClock& clock = r.clock;
+  auto& client = r.client;
+  auto* server = &r.server;  // (*server)-> as before
+  const v1::Assignment* b = &r.b;
   v1::KeepAliveRequest ka = KeepAliveOf("run", *b, "b");
   ka.mutable_last_restart()->set_cause("worker_failed");
   ka.mutable_last_restart()->set_round(1);
