@@ -15,6 +15,7 @@
 #include "worker/comm/comm_thread.h"
 #include "worker/comm/fake_gpu_comm.h"
 #include "worker/comm/gloo_comm.h"
+#include "worker/comm/hierarchical_comm.h"
 #include "worker/comm/nccl_bootstrap.h"
 #include "worker/comm/shm_comm.h"
 
@@ -23,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-enum class Backend { kGloo, kFakeGpu, kShm };
+enum class Backend { kGloo, kFakeGpu, kShm, kHierarchical };
 
 absl::StatusOr<std::unique_ptr<Communicator>> Make(Backend backend, rdzv::Store* store, int rank,
                                                    int world) {
@@ -33,6 +34,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> Make(Backend backend, rdzv::Store*
   gloo.world_size = world;
   gloo.timeout = absl::Seconds(20);
   if (backend == Backend::kGloo) return NewGlooCommunicator(gloo);
+  if (backend == Backend::kHierarchical) {
+    // Two nodes: ranks [0, ceil(world/2)) and the rest (world 2: one rank
+    // each, leaders only; world 3: shared memory on the first node too).
+    const int group = rank * 2 / world;
+    const int first = (group * world + 1) / 2;
+    const int next = group == 0 ? (world + 1) / 2 : world;
+    HierarchicalOptions h;
+    h.store = store;
+    h.rank = rank;
+    h.world_size = world;
+    h.local_rank = rank - first;
+    h.local_world_size = next - first;
+    h.group_rank = group;
+    h.group_world_size = 2;
+    h.timeout = gloo.timeout;
+    return NewHierarchicalCommunicator(h);
+  }
   if (backend == Backend::kShm) {
     ShmOptions shm;
     shm.store = store;
@@ -130,7 +148,8 @@ TEST_P(CommTest, AbortFailsLaterCollectives) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CommTest,
-                         ::testing::Values(Backend::kGloo, Backend::kFakeGpu, Backend::kShm),
+                         ::testing::Values(Backend::kGloo, Backend::kFakeGpu, Backend::kShm,
+                                           Backend::kHierarchical),
                          [](const auto& info) {
                            switch (info.param) {
                              case Backend::kGloo:
@@ -139,6 +158,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, CommTest,
                                return "FakeGpu";
                              case Backend::kShm:
                                return "Shm";
+                             case Backend::kHierarchical:
+                               return "Hierarchical";
                            }
                            return "?";
                          });
