@@ -109,6 +109,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> OpenCommunicator(const Flags& flag
   setup.rank = env.rank;
   setup.world_size = env.world_size;
   setup.local_rank = env.local_rank;
+  setup.local_world_size = env.local_world_size;
+  setup.group_rank = env.group_rank;
+  setup.group_world_size = env.group_world_size;
   setup.fake_gpu = env.fake_gpu;
   setup.local_addr = env.local_addr;
   setup.timeout = absl::Seconds(flags.comm_timeout);
@@ -206,7 +209,7 @@ int Run(const Flags& flags, Reporting& reporting) {
   absl::StatusOr<BackendKind> kind =
       ChooseBackend(flags.backend, env->fake_gpu.has_value(), NcclBuilt(),
                     flags.backend == "gloo" ? 0 : CudaDeviceCount(), env->world_size,
-                    env->local_world_size);
+                    env->local_world_size, env->group_world_size);
   if (!kind.ok()) return Fail(reporting, "InvalidArgument", kind.status(), "flags");
   SetTorchThreads(flags.threads);
 
@@ -259,8 +262,10 @@ int Run(const Flags& flags, Reporting& reporting) {
 void AddTrainingFlags(CLI::App& app, Flags& flags) {
   app.add_option("--backend", flags.backend,
                  "auto (NCCL on real GPUs, fake GPUs when given, shared memory when every rank is "
-                 "on this node, Gloo otherwise), nccl, gloo, shm (shared memory, one node only)")
-      ->check(CLI::IsMember({"auto", "nccl", "gloo", "shm"}));
+                 "on this node, hierarchical across nodes with several ranks each, Gloo "
+                 "otherwise), nccl, gloo, shm (shared memory, one node only), hierarchical "
+                 "(shared memory within each node, Gloo among one leader per node)")
+      ->check(CLI::IsMember({"auto", "nccl", "gloo", "shm", "hierarchical"}));
   app.add_option("--epochs", flags.train.epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch_size", flags.train.batch_size, "samples per rank and step")->check(CLI::PositiveNumber);
   app.add_option("--lr", flags.train.lr,

@@ -47,10 +47,13 @@ std::string Str(const EnvLookup& lookup, const char* name, const std::string& fa
 absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   WorkerEnv env;
   int64_t rank = 0, local_rank = 0, world = 1, local_world = 1, port = 0, fake = -1;
+  int64_t group_rank = 0, group_world = 0;
   for (auto [name, out] : {std::pair<const char*, int64_t*>{"RANK", &rank},
                            {"LOCAL_RANK", &local_rank},
                            {"WORLD_SIZE", &world},
                            {"LOCAL_WORLD_SIZE", &local_world},
+                           {"GROUP_RANK", &group_rank},
+                           {"GROUP_WORLD_SIZE", &group_world},
                            {"MASTER_PORT", &port},
                            {"TORCHELASTIC_RESTART_COUNT", &env.restart_count},
                            {"CPPTORCHRUN_RDZV_ROUND", &env.rdzv_round},
@@ -69,6 +72,13 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
                                                    " is outside [0, LOCAL_WORLD_SIZE=",
                                                    local_world, ")"));
   }
+  if (group_world != 0 && (group_world < 1 || group_world > world || group_rank < 0 ||
+                           group_rank >= group_world)) {
+    return absl::InvalidArgumentError(absl::StrCat("GROUP_RANK=", group_rank,
+                                                   " is outside [0, GROUP_WORLD_SIZE=",
+                                                   group_world, ") or GROUP_WORLD_SIZE exceeds "
+                                                   "WORLD_SIZE=", world));
+  }
   if (lookup("MASTER_PORT") != nullptr && *lookup("MASTER_PORT") != '\0' &&
       (port < 1 || port > 65535)) {
     return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT=", port, " is not a port"));
@@ -84,6 +94,8 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   env.local_rank = static_cast<int>(local_rank);
   env.world_size = static_cast<int>(world);
   env.local_world_size = static_cast<int>(local_world);
+  env.group_rank = static_cast<int>(group_rank);
+  env.group_world_size = static_cast<int>(group_world);
   env.master_port = static_cast<int>(port);
   env.master_addr = Str(lookup, "MASTER_ADDR");
   env.run_id = Str(lookup, "TORCHELASTIC_RUN_ID", "none");

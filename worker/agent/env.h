@@ -19,6 +19,10 @@ struct WorkerEnv {
   int local_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
+  // The node's place among the nodes (GROUP_RANK, GROUP_WORLD_SIZE); 0 nodes
+  // when GROUP_WORLD_SIZE is unset (a launcher that does not say).
+  int group_rank = 0;
+  int group_world_size = 0;
   std::string master_addr;
   int master_port = 0;
   std::string run_id;
@@ -44,7 +48,8 @@ using EnvLookup = std::function<const char*(const char*)>;
 
 // Absent variables take the defaults above (a world of one). Errors
 // (InvalidArgument) name the variable and its bad value: not an integer,
-// RANK outside [0, WORLD_SIZE), LOCAL_RANK negative, a port outside 1..65535,
+// RANK outside [0, WORLD_SIZE), LOCAL_RANK negative, GROUP_RANK outside
+// [0, GROUP_WORLD_SIZE) when both are set, a port outside 1..65535,
 // a worker timeout that is not a positive number of seconds.
 absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup);
 

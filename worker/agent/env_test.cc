@@ -37,6 +37,8 @@ TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
                                          {"LOCAL_RANK", "1"},
                                          {"WORLD_SIZE", "4"},
                                          {"LOCAL_WORLD_SIZE", "2"},
+                                         {"GROUP_RANK", "1"},
+                                         {"GROUP_WORLD_SIZE", "2"},
                                          {"MASTER_ADDR", "10.0.0.1"},
                                          {"MASTER_PORT", "29500"},
                                          {"TORCHELASTIC_RUN_ID", "job7"},
@@ -52,6 +54,8 @@ TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->group_rank, 1);
+  EXPECT_EQ(env->group_world_size, 2);
   EXPECT_EQ(env->master_port, 29500);
   EXPECT_EQ(env->run_id, "job7");
   EXPECT_EQ(env->restart_count, 2);
@@ -70,6 +74,12 @@ TEST(WorkerEnv, BadValuesAreNamed) {
   EXPECT_THAT(Parse({{"WORLD_SIZE", "0"}}).status().message(), HasSubstr("WORLD_SIZE=0"));
   EXPECT_THAT(Parse({{"LOCAL_RANK", "-1"}}).status().message(), HasSubstr("LOCAL_RANK=-1"));
   EXPECT_THAT(Parse({{"MASTER_PORT", "70000"}}).status().message(), HasSubstr("MASTER_PORT"));
+  EXPECT_THAT(Parse({{"GROUP_RANK", "2"}, {"GROUP_WORLD_SIZE", "2"}, {"WORLD_SIZE", "4"}})
+                  .status()
+                  .message(),
+              HasSubstr("GROUP_RANK=2 is outside [0, GROUP_WORLD_SIZE=2)"));
+  EXPECT_THAT(Parse({{"GROUP_WORLD_SIZE", "3"}, {"WORLD_SIZE", "2"}}).status().message(),
+              HasSubstr("exceeds WORLD_SIZE=2"));
   EXPECT_THAT(Parse({{"CPPTORCHRUN_FAKE_GPU", "-2"}}).status().message(),
               HasSubstr("CPPTORCHRUN_FAKE_GPU"));
   EXPECT_THAT(Parse({{"CPPTORCHRUN_RDZV_ROUND", "1.5"}}).status().message(),

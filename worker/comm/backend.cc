@@ -4,19 +4,33 @@
 #include "absl/strings/str_cat.h"
 #include "worker/comm/fake_gpu_comm.h"
 #include "worker/comm/gloo_comm.h"
+#include "worker/comm/hierarchical_comm.h"
 #include "worker/comm/nccl_comm.h"
 #include "worker/comm/shm_comm.h"
 
 namespace cpptorchrun::worker {
 
 absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
-                                          int cuda_devices, int world_size, int local_world_size) {
+                                          int cuda_devices, int world_size, int local_world_size,
+                                          int group_world_size) {
   const bool one_node = world_size == local_world_size;
+  const bool nodes_known = group_world_size > 1;
   if (flag == "gloo") return BackendKind::kGloo;
   if (flag == "auto") {
     if (fake_gpu) return BackendKind::kFakeGpu;
     if (nccl_built && cuda_devices > 0) return BackendKind::kNccl;
-    return one_node ? BackendKind::kShm : BackendKind::kGloo;
+    if (one_node) return BackendKind::kShm;
+    // One rank per node: the leaders' Gloo alone is all there is.
+    return nodes_known && world_size > group_world_size ? BackendKind::kHierarchical
+                                                        : BackendKind::kGloo;
+  }
+  if (flag == "hierarchical") {
+    if (!one_node && !nodes_known) {
+      return absl::FailedPreconditionError(
+          "--backend hierarchical needs the nodes' layout (GROUP_RANK and GROUP_WORLD_SIZE, "
+          "which cpptorchrun and torchrun set); use --backend gloo");
+    }
+    return one_node ? BackendKind::kShm : BackendKind::kHierarchical;
   }
   if (flag == "shm") {
     if (!one_node) {
@@ -40,7 +54,7 @@ absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu
     return BackendKind::kNccl;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--backend '", flag, "' is not one of auto, nccl, gloo, shm"));
+      absl::StrCat("--backend '", flag, "' is not one of auto, nccl, gloo, shm, hierarchical"));
 }
 
 const char* BackendName(BackendKind kind) {
@@ -53,6 +67,8 @@ const char* BackendName(BackendKind kind) {
       return "fake-gpu";
     case BackendKind::kShm:
       return "shm";
+    case BackendKind::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -89,6 +105,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& 
       shm.world_size = setup.world_size;
       shm.timeout = setup.timeout;
       return NewShmCommunicator(shm);
+    }
+    case BackendKind::kHierarchical: {
+      HierarchicalOptions h;
+      h.store = setup.store;
+      h.rank = setup.rank;
+      h.world_size = setup.world_size;
+      h.local_rank = setup.local_rank;
+      h.local_world_size = setup.local_world_size;
+      h.group_rank = setup.group_rank;
+      h.group_world_size = setup.group_world_size;
+      h.local_addr = setup.local_addr;
+      h.timeout = setup.timeout;
+      return NewHierarchicalCommunicator(h);
     }
   }
   return absl::InternalError("unknown backend");

@@ -15,17 +15,22 @@
 
 namespace cpptorchrun::worker {
 
-enum class BackendKind { kGloo, kNccl, kFakeGpu, kShm };
+enum class BackendKind { kGloo, kNccl, kFakeGpu, kShm, kHierarchical };
 
 // auto: fake GPUs when CPPTORCHRUN_FAKE_GPU is set (they keep their NCCL
 // id bootstrap, the part of the NCCL path they exist to exercise), NCCL when
 // it is built and a GPU is visible, shared memory when every rank is on this
-// node (world_size == local_world_size), Gloo otherwise. nccl: fake GPUs
-// stand in for it when set; without NCCL in the build or without a GPU, an
-// error saying which. gloo: Gloo. shm: shared memory, an error when the ranks
-// span nodes. Anything else: InvalidArgument naming the value.
+// node (world_size == local_world_size), hierarchical (shared memory within
+// each node, Gloo among the nodes' leaders) when the ranks span nodes, the
+// nodes are known (group_world_size > 1: GROUP_WORLD_SIZE was set) and some
+// node has more than one rank, Gloo otherwise. nccl: fake GPUs stand in for
+// it when set; without NCCL in the build or without a GPU, an error saying
+// which. gloo: Gloo. shm: shared memory, an error when the ranks span nodes.
+// hierarchical: an error when the nodes are not known. Anything else:
+// InvalidArgument naming the value.
 absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
-                                          int cuda_devices, int world_size, int local_world_size);
+                                          int cuda_devices, int world_size, int local_world_size,
+                                          int group_world_size = 0);
 
 const char* BackendName(BackendKind kind);
 
@@ -35,6 +40,10 @@ struct CommSetup {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // The node's ranks and the nodes (the hierarchical backend).
+  int local_world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
   std::optional<int> fake_gpu;
   std::string local_addr = "127.0.0.1";
   absl::Duration timeout = absl::Seconds(60);

@@ -21,7 +21,7 @@ TEST(Backend, Rule) {
   EXPECT_THAT(ChooseBackend("nccl", false, true, 0, 2, 1).status().message(),
               HasSubstr("no CUDA device"));
   EXPECT_THAT(ChooseBackend("mpi", false, true, 0, 2, 1).status().message(),
-              HasSubstr("--backend 'mpi' is not one of auto, nccl, gloo, shm"));
+              HasSubstr("--backend 'mpi' is not one of auto, nccl, gloo, shm, hierarchical"));
 }
 
 TEST(Backend, SharedMemoryOnlyWhenEveryRankIsOnThisNode) {
@@ -39,6 +39,25 @@ TEST(Backend, SharedMemoryOnlyWhenEveryRankIsOnThisNode) {
   EXPECT_EQ(spans.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(spans.status().message(), HasSubstr("needs every rank on one node"));
   EXPECT_STREQ(BackendName(BackendKind::kShm), "shm");
+}
+
+TEST(Backend, HierarchicalAcrossNodesWhenTheNodesAreKnown) {
+  // 2 nodes x 2 CPU ranks: shared memory within, Gloo among the leaders.
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 0, 4, 2, 2), BackendKind::kHierarchical);
+  // One rank per node: nothing to share within a node.
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 0, 2, 1, 2), BackendKind::kGloo);
+  // The nodes unknown (no GROUP_WORLD_SIZE): flat Gloo.
+  EXPECT_EQ(*ChooseBackend("auto", false, false, 0, 4, 2, 0), BackendKind::kGloo);
+  // Fake GPUs keep their NCCL-id bootstrap path.
+  EXPECT_EQ(*ChooseBackend("auto", true, false, 0, 4, 2, 2), BackendKind::kFakeGpu);
+  EXPECT_EQ(*ChooseBackend("gloo", false, false, 0, 4, 2, 2), BackendKind::kGloo);
+  EXPECT_EQ(*ChooseBackend("hierarchical", false, false, 0, 4, 2, 2),
+            BackendKind::kHierarchical);
+  EXPECT_EQ(*ChooseBackend("hierarchical", false, false, 0, 2, 2, 1), BackendKind::kShm);
+  absl::StatusOr<BackendKind> unknown = ChooseBackend("hierarchical", false, false, 0, 4, 2, 0);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("GROUP_WORLD_SIZE"));
+  EXPECT_STREQ(BackendName(BackendKind::kHierarchical), "hierarchical");
 }
 
 }  // namespace
