@@ -45,18 +45,20 @@ class RdzvServer:
 
 
 class Node:
-    """One cpptorchrun (one node) running `train` on fake GPUs (or, given
-    `program`, that command line instead of train)."""
+    """One cpptorchrun (one node) running `train` on fake GPUs (CPU slots
+    with fake_gpus=False), or, given `program`, that command line instead."""
 
     def __init__(self, host, work, name, endpoint, nnodes, nproc=2, run_id="job",
-                 max_restarts=3, launcher_args=(), train_args=(), env=None, program=None):
+                 max_restarts=3, launcher_args=(), train_args=(), env=None, program=None,
+                 fake_gpus=True):
         self.host = host
         self.name = name
         self.work = work
         self.log = os.path.join(work, name + ".log")
         self.metrics = os.path.join(work, name + "-metrics.json")
         argv = [harness.binary(LAUNCHER),
-                "--nnodes", nnodes, "--nproc_per_node", str(nproc), "--fake_gpus", str(nproc),
+                "--nnodes", nnodes, "--nproc_per_node", str(nproc)] + (
+                ["--fake_gpus", str(nproc)] if fake_gpus else []) + [
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
                 "--max_restarts", str(max_restarts),
                 # One log folder for every node of the scenario, as a shared
