@@ -10,6 +10,13 @@
 
 namespace cpptorchrun::worker {
 
+BackendKind CpuCollectives(int world_size, int local_world_size, int group_world_size) {
+  if (world_size == local_world_size) return BackendKind::kShm;
+  // One rank per node: the leaders' Gloo alone is all there is.
+  return group_world_size > 1 && world_size > group_world_size ? BackendKind::kHierarchical
+                                                               : BackendKind::kGloo;
+}
+
 absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu, bool nccl_built,
                                           int cuda_devices, int world_size, int local_world_size,
                                           int group_world_size) {
@@ -19,10 +26,7 @@ absl::StatusOr<BackendKind> ChooseBackend(const std::string& flag, bool fake_gpu
   if (flag == "auto") {
     if (fake_gpu) return BackendKind::kFakeGpu;
     if (nccl_built && cuda_devices > 0) return BackendKind::kNccl;
-    if (one_node) return BackendKind::kShm;
-    // One rank per node: the leaders' Gloo alone is all there is.
-    return nodes_known && world_size > group_world_size ? BackendKind::kHierarchical
-                                                        : BackendKind::kGloo;
+    return CpuCollectives(world_size, local_world_size, group_world_size);
   }
   if (flag == "hierarchical") {
     if (!one_node && !nodes_known) {
@@ -73,20 +77,67 @@ const char* BackendName(BackendKind kind) {
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& setup) {
+namespace {
+
+GlooOptions GlooFor(const CommSetup& setup, const std::string& key_prefix) {
   GlooOptions gloo;
   gloo.store = setup.store;
   gloo.rank = setup.rank;
   gloo.world_size = setup.world_size;
   gloo.hostname = setup.local_addr;
+  gloo.key_prefix = key_prefix;
   gloo.timeout = setup.timeout;
+  return gloo;
+}
+
+// A CPU communicator of `kind` (gloo, shm or hierarchical), its bootstrap
+// keys under `prefix`.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCpuCommunicator(BackendKind kind,
+                                                                  const CommSetup& setup,
+                                                                  const std::string& prefix) {
+  if (kind == BackendKind::kShm) {
+    ShmOptions shm;
+    shm.store = setup.store;
+    shm.rank = setup.rank;
+    shm.world_size = setup.world_size;
+    shm.key = absl::StrCat(prefix, "shm/segment");
+    shm.timeout = setup.timeout;
+    return NewShmCommunicator(shm);
+  }
+  if (kind == BackendKind::kHierarchical) {
+    HierarchicalOptions h;
+    h.store = setup.store;
+    h.rank = setup.rank;
+    h.world_size = setup.world_size;
+    h.local_rank = setup.local_rank;
+    h.local_world_size = setup.local_world_size;
+    h.group_rank = setup.group_rank;
+    h.group_world_size = setup.group_world_size;
+    h.local_addr = setup.local_addr;
+    h.key_prefix = absl::StrCat(prefix, "hier/");
+    h.timeout = setup.timeout;
+    return NewHierarchicalCommunicator(h);
+  }
+  return NewGlooCommunicator(GlooFor(setup, absl::StrCat(prefix, "gloo/")));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& setup) {
   switch (setup.kind) {
     case BackendKind::kGloo:
-      return NewGlooCommunicator(gloo);
+    case BackendKind::kShm:
+    case BackendKind::kHierarchical:
+      return MakeCpuCommunicator(setup.kind, setup, "");
     case BackendKind::kFakeGpu: {
       FakeGpuOptions fake;
-      fake.gloo = gloo;
+      fake.gloo = GlooFor(setup, "fake_gpu/gloo/");
       fake.device = setup.fake_gpu.value_or(setup.local_rank);
+      const BackendKind inner =
+          CpuCollectives(setup.world_size, setup.local_world_size, setup.group_world_size);
+      fake.make_inner = [inner, &setup] {
+        return MakeCpuCommunicator(inner, setup, "fake_gpu/");
+      };
       return NewFakeGpuCommunicator(fake);
     }
     case BackendKind::kNccl: {
@@ -97,27 +148,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& 
       nccl.device = setup.local_rank;
       nccl.timeout = setup.timeout;
       return NewNcclCommunicator(nccl);
-    }
-    case BackendKind::kShm: {
-      ShmOptions shm;
-      shm.store = setup.store;
-      shm.rank = setup.rank;
-      shm.world_size = setup.world_size;
-      shm.timeout = setup.timeout;
-      return NewShmCommunicator(shm);
-    }
-    case BackendKind::kHierarchical: {
-      HierarchicalOptions h;
-      h.store = setup.store;
-      h.rank = setup.rank;
-      h.world_size = setup.world_size;
-      h.local_rank = setup.local_rank;
-      h.local_world_size = setup.local_world_size;
-      h.group_rank = setup.group_rank;
-      h.group_world_size = setup.group_world_size;
-      h.local_addr = setup.local_addr;
-      h.timeout = setup.timeout;
-      return NewHierarchicalCommunicator(h);
     }
   }
   return absl::InternalError("unknown backend");

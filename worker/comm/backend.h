@@ -17,13 +17,18 @@ namespace cpptorchrun::worker {
 
 enum class BackendKind { kGloo, kNccl, kFakeGpu, kShm, kHierarchical };
 
+// What carries CPU collectives (for CPU ranks, and under fake GPUs once
+// their NCCL id is shared): shared memory when every rank is on this node
+// (world_size == local_world_size), hierarchical (shared memory within each
+// node, Gloo among the nodes' leaders) when the ranks span nodes, the nodes
+// are known (group_world_size > 1: GROUP_WORLD_SIZE was set) and some node
+// has more than one rank, Gloo otherwise.
+BackendKind CpuCollectives(int world_size, int local_world_size, int group_world_size);
+
 // auto: fake GPUs when CPPTORCHRUN_FAKE_GPU is set (they keep their NCCL
-// id bootstrap, the part of the NCCL path they exist to exercise), NCCL when
-// it is built and a GPU is visible, shared memory when every rank is on this
-// node (world_size == local_world_size), hierarchical (shared memory within
-// each node, Gloo among the nodes' leaders) when the ranks span nodes, the
-// nodes are known (group_world_size > 1: GROUP_WORLD_SIZE was set) and some
-// node has more than one rank, Gloo otherwise. nccl: fake GPUs stand in for
+// id bootstrap, the part of the NCCL path they exist to exercise, then
+// CpuCollectives carries their collectives), NCCL when it is built and a GPU
+// is visible, CpuCollectives otherwise. nccl: fake GPUs stand in for
 // it when set; without NCCL in the build or without a GPU, an error saying
 // which. gloo: Gloo. shm: shared memory, an error when the ranks span nodes.
 // hierarchical: an error when the nodes are not known. Anything else:

@@ -1,4 +1,5 @@
-// The fake-GPU communicator: the NCCL id exchange, then Gloo underneath.
+// The fake-GPU communicator: the NCCL id exchange, then a CPU communicator
+// (Gloo unless told otherwise) underneath.
 #include "worker/comm/fake_gpu_comm.h"
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,9 @@ class FakeGpuCommunicator final : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
-  std::string backend() const override { return absl::StrCat("fake-gpu:", device_); }
+  std::string backend() const override {
+    return absl::StrCat("fake-gpu:", device_, " over ", inner_->backend());
+  }
   std::shared_ptr<Work> AllReduceAsync(void* data, int64_t count, DType dtype,
                                        ReduceOp op) override {
     return inner_->AllReduceAsync(data, count, dtype, op);
@@ -43,9 +46,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewFakeGpuCommunicator(
   absl::Status same = VerifySameUniqueId(*options.gloo.store, options.gloo.rank,
                                          options.gloo.world_size, *id, options.gloo.timeout);
   if (!same.ok()) return same;
-  GlooOptions gloo = options.gloo;
-  gloo.key_prefix = "fake_gpu/gloo/";
-  absl::StatusOr<std::unique_ptr<Communicator>> inner = NewGlooCommunicator(gloo);
+  absl::StatusOr<std::unique_ptr<Communicator>> inner;
+  if (options.make_inner) {
+    inner = options.make_inner();
+  } else {
+    GlooOptions gloo = options.gloo;
+    gloo.key_prefix = "fake_gpu/gloo/";
+    inner = NewGlooCommunicator(gloo);
+  }
   if (!inner.ok()) return inner.status();
   return std::unique_ptr<Communicator>(
       std::make_unique<FakeGpuCommunicator>(*std::move(inner), options.device));
