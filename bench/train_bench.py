@@ -1,7 +1,10 @@
 """The training benchmark: samples/s of one epoch of the seed's MLP on
 Fashion-MNIST at world 1 and world 2, `cpptorchrun ... train` (the C++ DDP
-over Gloo) beside the Python reference (bench/reference_ddp.py under
-torchrun, Gloo), interleaved A, B, A, B in the same run.
+with its default backend: shared memory between the ranks of one node)
+beside the Python reference (bench/reference_ddp.py under torchrun, Gloo,
+PyTorch's CPU backend), interleaved A, B, A, B in the same run. At world 2
+`train --backend gloo` runs too ("cpptorchrun-gloo"): the same transport as
+the reference's, so that the C++ loop and the transport are told apart.
 
 Figures come from each job's own metrics JSON (the training loop's time,
 all ranks' samples together), so start-up is not counted on either side.
@@ -45,12 +48,12 @@ def _run_json(argv, timeout):
             return json.load(f)
 
 
-def ours(bin_dir, world, epochs, timeout, limit=0, extra=()):
-    """`cpptorchrun ... train` (Gloo); `extra`: more flags of train."""
+def ours(bin_dir, world, epochs, timeout, limit=0, extra=(), backend="gloo"):
+    """`cpptorchrun ... train --backend <backend>`; `extra`: more flags of train."""
     launcher = os.path.join(bin_dir, "launcher", "cpptorchrun")
     train = os.path.join(bin_dir, "worker", "train")
     return _run_json([launcher, "--standalone", "--nproc_per_node=%d" % world, train,
-                      "--epochs", str(epochs), "--limit", str(limit), "--backend", "gloo",
+                      "--epochs", str(epochs), "--limit", str(limit), "--backend", backend,
                       "--progress", "none", "--metrics_json", "{metrics}"] + list(extra), timeout)
 
 
@@ -85,7 +88,10 @@ def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=p
     out = {}
     for _ in range(repeat):
         for world in (1, 2):
-            runs = [("cpptorchrun", lambda w=world: ours(bin_dir, w, epochs, timeout, limit))]
+            runs = [("cpptorchrun", lambda w=world: ours(bin_dir, w, epochs, timeout, limit,
+                                                         backend="auto"))]
+            if world == 2:
+                runs.append(("cpptorchrun-gloo", lambda w=world: ours(bin_dir, w, epochs, timeout, limit)))
             if with_reference:
                 runs.append(("python", lambda w=world: reference(w, epochs, timeout, limit)))
             for who, fn in runs:
@@ -116,6 +122,11 @@ def summarise(out):
     if ("python", 2) in med and ("cpptorchrun", 2) in med:
         lines.append("world 2: cpptorchrun / python = %.2fx (goal >= 1.15x)" %
                      (med[("cpptorchrun", 2)] / med[("python", 2)]))
+    if ("cpptorchrun-gloo", 2) in med:
+        lines.append("world 2, train --backend gloo (the reference's transport): %.0f samples/s, "
+                     "accuracy %.4f%s" % (med[("cpptorchrun-gloo", 2)], acc[("cpptorchrun-gloo", 2)],
+                                          ", %.2fx python" % (med[("cpptorchrun-gloo", 2)] / med[("python", 2)])
+                                          if ("python", 2) in med else ""))
     return med, acc, lines
 
 
