@@ -363,6 +363,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
   metrics_.allreduce = AllReduceModeName(config.allreduce);
   metrics_.hidden = absl::StrJoin(config.hidden, ",");
   metrics_.optimizer = OptimizerName(config.optimizer.kind);
+  metrics_.comm_hook = CommHookName(config.comm_hook.kind);
   metrics_.base_lr = BaseLearningRate(config);
 }
 
@@ -371,6 +372,8 @@ absl::Status TrainingRun::Start() {
   ddp_options.bucket_cap_bytes = config_.bucket_cap_bytes;
   ddp_options.first_bucket_cap_bytes = config_.first_bucket_cap_bytes;
   ddp_options.overlap = config_.allreduce == AllReduceMode::kOverlap;
+  ddp_options.comm_hook = config_.comm_hook;
+  ddp_options.comm_hook.seed = config_.seed;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Create(params_, model_->buffers(), &comm_, ddp_options);
   if (!ddp.ok()) return ddp.status();
@@ -522,6 +525,9 @@ absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   metrics.allreduce_timed_steps = ddp_stats.timed_steps;
   metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
   metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
+  metrics.bytes_sent = ddp_stats.bytes_sent;
+  metrics.bytes_sent_per_step =
+      ddp_stats.steps > 0 ? static_cast<double>(ddp_stats.bytes_sent) / ddp_stats.steps : 0;
   if (deps_.test != nullptr) {
     absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, comm_);
     if (!accuracy.ok()) return accuracy.status();
@@ -566,6 +572,7 @@ absl::Status ValidateConfig(const TrainConfig& c) {
   if (c.batch_size < 1) return bad(absl::StrCat("--batch_size must be at least 1, got ", c.batch_size));
   if (!(c.lr >= 0) || !std::isfinite(c.lr)) return bad(absl::StrCat("--lr must be positive, got ", c.lr));
   CPPTORCHRUN_RETURN_IF_ERROR(ValidateOptimizerOptions(c.optimizer));
+  CPPTORCHRUN_RETURN_IF_ERROR(ValidateCommHookOptions(c.comm_hook));
   if (c.grad_accum_steps < 1) {
     return bad(absl::StrCat("--grad_accum_steps must be at least 1, got ", c.grad_accum_steps));
   }
