@@ -63,6 +63,8 @@ std::string MetricsToJson(const TrainMetrics& m) {
                       ", \"allreduce_hidden_seconds\": ", Number(m.allreduce_hidden_seconds),
                       ", \"comm_hook\": ", Quote(m.comm_hook), ", \"bytes_sent\": ", m.bytes_sent,
                       ", \"bytes_sent_per_step\": ", Number(m.bytes_sent_per_step),
+                      ", \"parameters_fingerprint\": ", Quote(m.parameters_fingerprint),
+                      ", \"replicas_differing\": ", m.replicas_differing,
                       ", \"allreduce\": ", Quote(m.allreduce), ", \"hidden\": ", Quote(m.hidden),
                       ", \"optimizer\": ", Quote(m.optimizer), ", \"base_lr\": ", Number(m.base_lr),
                       ", \"by_mode\": ", ModesToJson(m.by_mode),

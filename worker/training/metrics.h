@@ -48,6 +48,10 @@ struct TrainMetrics {
   std::string comm_hook = "allreduce";
   int64_t bytes_sent = 0;
   double bytes_sent_per_step = 0;
+  // A hash of rank 0's final parameters (hex), and the number of ranks
+  // whose final parameters differ from rank 0's, bit for bit.
+  std::string parameters_fingerprint;
+  int64_t replicas_differing = 0;
   // "overlap", "after_backward", "off" or "rotate" (TrainConfig::allreduce).
   std::string allreduce = "overlap";
   // The same figures (rank 0's) per all-reduce mode the steps ran in: one

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/training/allreduce_mode.h"
 #include "worker/training/checkpoint.h"
@@ -301,6 +302,9 @@ class TrainingRun {
   // The job's figures: samples summed, rank 0's clock, CPU time summed,
   // the last epoch's loss averaged.
   absl::Status AgreeOnFigures(TrainMetrics& metrics);
+  // Rank 0's parameter fingerprint, and how many ranks' parameters differ
+  // from rank 0's (0 for data parallelism, unless --allreduce off/rotate).
+  absl::Status CompareReplicas(TrainMetrics& metrics);
 
   const TrainConfig& config_;
   const TrainDeps& deps_;
@@ -508,9 +512,30 @@ absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
   return absl::OkStatus();
 }
 
+absl::Status TrainingRun::CompareReplicas(TrainMetrics& metrics) {
+  // FNV-1a over the parameters' bytes in registration order: equal on two
+  // ranks exactly when (barring a collision) their parameters are bitwise equal.
+  uint64_t hash = 14695981039346656037ull;
+  for (const torch::Tensor& p : params_) {
+    torch::Tensor c = p.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0, n = c.numel() * sizeof(float); i < n; ++i) {
+      hash = (hash ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  int64_t root_hash = static_cast<int64_t>(hash);
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&root_hash, 1, DType::kInt64, 0));
+  int64_t differing = root_hash == static_cast<int64_t>(hash) ? 0 : 1;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&differing, 1, DType::kInt64, ReduceOp::kSum));
+  metrics.parameters_fingerprint = absl::StrFormat("%016x", hash);
+  metrics.replicas_differing = differing;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   TrainMetrics metrics = metrics_;
   CPPTORCHRUN_RETURN_IF_ERROR(AgreeOnFigures(metrics));
+  CPPTORCHRUN_RETURN_IF_ERROR(CompareReplicas(metrics));
   metrics.steps = run_batches_;
   if (!step_seconds_.empty()) {
     double sum = 0;
