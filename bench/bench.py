@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from bench import ddp_bench, hierarchical_bench, optimizer_bench, recovery_bench, train_bench
+from bench import compression_bench, ddp_bench, hierarchical_bench, optimizer_bench, recovery_bench, train_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
@@ -205,7 +205,8 @@ SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "recovery": recovery_bench.section_recovery, "fuzz": section_fuzz,
             "allreduce": ddp_bench.section_allreduce,
             "optimizers": optimizer_bench.section_optimizers,
-            "hierarchical": hierarchical_bench.section_hierarchical}
+            "hierarchical": hierarchical_bench.section_hierarchical,
+            "compression": compression_bench.section_compression}
 
 
 def register(name, fn):

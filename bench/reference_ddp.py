@@ -21,6 +21,20 @@ DDP's bucket cap, and --allreduce off runs every step under no_sync() (each
 rank trains on its own: the step time without DDP's all-reduce), rotate
 in blocks of four steps with and without.
 
+For the compression benchmark, --comm_hook registers torch's own DDP
+communication hook: allreduce (none: DDP's default), fp16
+(default_hooks.fp16_compress_hook), bf16 (bf16_compress_hook) or powersgd
+(powerSGD_hook.powerSGD_hook with a PowerSGDState of --powersgd_rank and
+--powersgd_start_iter, error feedback and warm start on, as torch's
+defaults). A thin wrapper counts the payload bytes each bucket's
+all-reduces carry, as `train` counts them (count x element size): the
+bucket's elements x 4 (allreduce, and PowerSGD before its start step), x 2
+(fp16, bf16); for PowerSGD's compressed steps, from the bucket's gradient
+shapes and torch's own rule (_should_compress): the uncompressed
+tensors' elements plus, per compressed n x m matrix at rank r, n r (P)
+and m r (Q), x 4. The metrics JSON gains comm_hook, bytes_sent and
+bytes_sent_per_step (rank 0's).
+
     /usr/bin/python3 bench/torchrun_ref.py --standalone --nproc_per_node=2 \
         bench/reference_ddp.py --epochs 1 --metrics_json /tmp/ref.json
 """
@@ -37,6 +51,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -73,7 +88,60 @@ def parse_args():
     parser.add_argument("--allreduce", choices=("overlap", "off", "rotate"), default="overlap",
                         help="off: every step under DDP's no_sync() (no all-reduce); rotate: off and "
                              "overlap in blocks of 4 steps (the DDP benchmark's A/B within one run)")
+    parser.add_argument("--comm_hook", choices=("allreduce", "fp16", "bf16", "powersgd"),
+                        default="allreduce", help="torch's DDP communication hook")
+    parser.add_argument("--powersgd_rank", type=int, default=1)
+    parser.add_argument("--powersgd_start_iter", type=int, default=10)
     return parser.parse_args()
+
+
+class ByteCount:
+    """The payload bytes the hook's all-reduces carry (see the top)."""
+
+    def __init__(self):
+        self.bytes = 0
+
+
+def powersgd_bytes(state, bucket):
+    """Bytes of one bucket's PowerSGD all-reduces at state's current step."""
+    if state.iter < state.start_powerSGD_iter:
+        return bucket.buffer().numel() * 4
+    elements = 0
+    for tensor in bucket.gradients():
+        n = tensor.shape[0]
+        m = tensor.numel() // n
+        rank = min(n, m, state.matrix_approximation_rank)
+        if powerSGD_hook._should_compress(n, m, rank, state.min_compression_rate)[0]:
+            elements += (n + m) * rank
+        else:
+            elements += tensor.numel()
+    return elements * 4
+
+
+def register_comm_hook(args, model, count):
+    """Registers torch's hook named by --comm_hook on `model`, counting bytes into `count`."""
+    if args.comm_hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=args.powersgd_start_iter)
+
+        def hook(state, bucket):
+            count.bytes += powersgd_bytes(state, bucket)
+            return powerSGD_hook.powerSGD_hook(state, bucket)
+        model.register_comm_hook(state, hook)
+        return
+    if args.comm_hook == "allreduce":
+        torch_hook, size = default_hooks.allreduce_hook, 4
+    else:
+        torch_hook = getattr(default_hooks, args.comm_hook + "_compress_hook", None)
+        if torch_hook is None:
+            raise SystemExit("this torch has no %s_compress_hook" % args.comm_hook)
+        size = 2
+
+    def counted(state, bucket):
+        count.bytes += bucket.buffer().numel() * size
+        return torch_hook(state, bucket)
+    model.register_comm_hook(None, counted)
 
 
 def build_model(hidden, bucket_cap_mb):
@@ -131,6 +199,7 @@ class Stats:
         self.loss = None
         self.seconds = 0.0
         self.cpu_seconds = 0.0
+        self.synced_steps = 0
 
 
 def train(args, model, optimizer, dataset, sampler, rank, checkpoint):
@@ -155,6 +224,7 @@ def train(args, model, optimizer, dataset, sampler, rank, checkpoint):
                 optimizer.zero_grad()
                 stats.loss.backward()
             optimizer.step()
+            stats.synced_steps += mode != "off"
             stats.step_times.append(time.perf_counter() - step_start)
             stats.mode_times.setdefault(mode, []).append(stats.step_times[-1])
             stats.samples += X.shape[0]
@@ -172,7 +242,7 @@ def train(args, model, optimizer, dataset, sampler, rank, checkpoint):
     return stats
 
 
-def report(args, model, stats, rank, world_size):
+def report(args, model, stats, rank, world_size, count):
     """Every rank: the job's totals and the t10k accuracy; rank 0 prints
     the figures and writes --metrics_json."""
     cpu = torch.tensor([stats.cpu_seconds], dtype=torch.float64)
@@ -193,6 +263,8 @@ def report(args, model, stats, rank, world_size):
                "hidden": args.hidden,
                "train_seconds": stats.seconds, "samples_per_s": total.item() / stats.seconds,
                "cpu_seconds": cpu.item(),
+               "comm_hook": args.comm_hook, "bytes_sent": count.bytes,
+               "bytes_sent_per_step": count.bytes / stats.synced_steps if stats.synced_steps else 0,
                "test_accuracy": accuracy, "final_loss": stats.loss.item()}
     print(json.dumps(figures))
     if args.metrics_json:
@@ -205,6 +277,8 @@ def main():
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     model = build_model(args.hidden, args.bucket_cap_mb)
+    count = ByteCount()
+    register_comm_hook(args, model, count)
     dataset = load(args.data_dir, "train")
     if args.limit:
         dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
@@ -212,7 +286,7 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     stats = train(args, model, optimizer, dataset, sampler, rank,
                   Checkpoint(args.checkpoint_dir, rank, model, optimizer))
-    report(args, model, stats, rank, world_size)
+    report(args, model, stats, rank, world_size, count)
     dist.destroy_process_group()
 
 

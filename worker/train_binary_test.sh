@@ -12,7 +12,10 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 common=(--data_dir "$data" --limit 2048 --epochs 2 --checkpoint_every 5 --progress lines)
 
 [[ "$("$train" --version)" == "train 0.1.0" ]] || fail "--version"
-"$train" --help | grep -q -- "--grad_accum_steps" || fail "--help lacks flags"
+# Whole, then searched: `train --help | grep -q` fails under pipefail when
+# grep stops reading before train has written its last line (SIGPIPE).
+help="$("$train" --help)"
+grep -q -- "--grad_accum_steps" <<<"$help" || fail "--help lacks flags"
 
 "$train" "${common[@]}" --checkpoint_dir "$tmp/whole" --metrics_json "$tmp/whole.json" > "$tmp/whole.log"
 [[ "$(field "$tmp/whole.json" steps)" == 64 ]] || fail "uninterrupted run took $(field "$tmp/whole.json" steps) steps"

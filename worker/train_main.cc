@@ -309,6 +309,13 @@ void AddRunFlags(CLI::App& app, Flags& flags) {
                  "after_backward, off (no averaging), or rotate (the three in turn, 4 steps each); "
                  "all but overlap are for benchmarks")
       ->check(CLI::IsMember({"overlap", "after_backward", "off", "rotate"}));
+  app.add_option("--comm_hook", flags.comm_hook,
+                 "what DDP does to a bucket's gradients: allreduce (float32), fp16 or bf16 (16-bit "
+                 "all-reduce), powersgd (low-rank, error feedback; torch's hooks)");
+  app.add_option("--powersgd_rank", flags.train.comm_hook.powersgd_rank,
+                 "PowerSGD's matrix approximation rank");
+  app.add_option("--powersgd_start_iter", flags.train.comm_hook.powersgd_start_iter,
+                 "synchronised steps all-reduced uncompressed before PowerSGD starts");
   app.add_option("--hidden", flags.train.hidden,
                  "the MLP's hidden layer widths, comma-separated (the seed's: 512)")
       ->delimiter(',')

@@ -17,6 +17,9 @@ absl::StatusOr<TrainConfig> ConfigFromFlags(const Flags& flags, const WorkerEnv&
   absl::StatusOr<OptimizerKind> optimizer = ParseOptimizerKind(flags.optimizer);
   if (!optimizer.ok()) return optimizer.status();
   config.optimizer.kind = *optimizer;
+  absl::StatusOr<CommHookKind> comm_hook = ParseCommHookKind(flags.comm_hook);
+  if (!comm_hook.ok()) return comm_hook.status();
+  config.comm_hook.kind = *comm_hook;
   config.restart_count = env.restart_count;
   if (env.restart_count > 0) config.fail_after_steps = 0;
   if (absl::Status valid = ValidateConfig(config); !valid.ok()) return valid;

@@ -26,6 +26,8 @@ struct Flags {
   std::string allreduce = "overlap";
   // --optimizer; its knobs live in train.optimizer.
   std::string optimizer = "adam";
+  // --comm_hook; PowerSGD's knobs live in train.comm_hook.
+  std::string comm_hook = "allreduce";
   double heartbeat_interval = 1.0;
   double comm_timeout = 300;
   std::string metrics_json;

@@ -51,6 +51,33 @@ TEST(ConfigFromFlags, TheOptimizerAndItsKnobs) {
   EXPECT_EQ(ConfigFromFlags(flags, WorkerEnv())->optimizer.kind, OptimizerKind::kSgd);
 }
 
+TEST(ConfigFromFlags, TheCommHookAndPowerSgdKnobs) {
+  Flags flags;
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, WorkerEnv());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->comm_hook.kind, CommHookKind::kAllReduce) << "as before";
+  EXPECT_EQ(config->comm_hook.powersgd_rank, 1) << "torch's default";
+  flags.comm_hook = "powersgd";
+  flags.train.comm_hook.powersgd_rank = 4;
+  flags.train.comm_hook.powersgd_start_iter = 0;
+  config = ConfigFromFlags(flags, WorkerEnv());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->comm_hook.kind, CommHookKind::kPowerSgd);
+  EXPECT_EQ(config->comm_hook.powersgd_rank, 4);
+  EXPECT_EQ(config->comm_hook.powersgd_start_iter, 0);
+  flags.comm_hook = "bf16";
+  EXPECT_EQ(ConfigFromFlags(flags, WorkerEnv())->comm_hook.kind, CommHookKind::kBf16);
+  flags.comm_hook = "fp32";
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--comm_hook"));
+  flags.comm_hook = "powersgd";
+  flags.train.comm_hook.powersgd_rank = 0;
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(), HasSubstr("--powersgd_rank"));
+  flags.train.comm_hook.powersgd_rank = 1;
+  flags.train.comm_hook.powersgd_start_iter = -3;
+  EXPECT_THAT(ConfigFromFlags(flags, WorkerEnv()).status().message(),
+              HasSubstr("--powersgd_start_iter"));
+}
+
 TEST(ConfigFromFlags, FaultInjectionKillsTheFirstAttemptOnly) {
   Flags flags;
   flags.train.fail_after_steps = 7;

@@ -55,6 +55,9 @@ size_t DTypeSize(DType dtype) {
       return 8;
     case DType::kUint8:
       return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
   }
   return 1;
 }
@@ -69,6 +72,10 @@ const char* DTypeName(DType dtype) {
       return "int64";
     case DType::kUint8:
       return "uint8";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
   }
   return "?";
 }

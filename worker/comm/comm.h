@@ -23,7 +23,9 @@
 namespace cpptorchrun::worker {
 
 enum class ReduceOp { kSum, kAverage };
-enum class DType { kFloat32, kFloat64, kInt64, kUint8 };
+// kFloat16 is IEEE binary16, kBFloat16 bfloat16 (float16.h): 16-bit raw bits,
+// summed in float and rounded once per addition.
+enum class DType { kFloat32, kFloat64, kInt64, kUint8, kFloat16, kBFloat16 };
 
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);

@@ -14,6 +14,7 @@
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_thread.h"
 #include "worker/comm/fake_gpu_comm.h"
+#include "worker/comm/float16.h"
 #include "worker/comm/gloo_comm.h"
 #include "worker/comm/hierarchical_comm.h"
 #include "worker/comm/nccl_bootstrap.h"
@@ -100,6 +101,25 @@ TEST_P(CommTest, AllReduceSumAndAverage) {
     EXPECT_EQ(i[0], (int64_t{1} << 40) + (int64_t{1} << 41) + (int64_t{1} << 42));
     absl::Status bad = comm.AllReduce(i.data(), 1, DType::kInt64, ReduceOp::kAverage);
     EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+TEST_P(CommTest, AllReducesSixteenBitFloats) {
+  // 700 elements: several chunks of shared memory's 1 KiB slot. Every value
+  // and sum is exact in both formats, so any summation order agrees.
+  RunRanks(GetParam(), 3, [](int rank, Communicator& comm) {
+    constexpr int kCount = 700;
+    std::vector<uint16_t> half(kCount), bf(kCount);
+    for (int i = 0; i < kCount; ++i) {
+      half[i] = FloatToHalf(0.25f * (i % 8) + rank);
+      bf[i] = FloatToBFloat16(-0.5f * (i % 4) - rank);
+    }
+    ASSERT_TRUE(comm.AllReduce(half.data(), kCount, DType::kFloat16, ReduceOp::kSum).ok());
+    ASSERT_TRUE(comm.AllReduce(bf.data(), kCount, DType::kBFloat16, ReduceOp::kAverage).ok());
+    for (int i = 0; i < kCount; ++i) {
+      ASSERT_EQ(HalfToFloat(half[i]), 0.75f * (i % 8) + 3.0f) << i;
+      ASSERT_EQ(BFloat16ToFloat(bf[i]), -0.5f * (i % 4) - 1.0f) << i;
+    }
   });
 }
 

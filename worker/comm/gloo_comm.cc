@@ -14,6 +14,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/comm/comm_thread.h"
+#include "worker/comm/float16.h"
 #include "worker/comm/gloo_store.h"
 
 namespace cpptorchrun::worker {
@@ -32,6 +33,28 @@ void GlooAllReduce(const std::shared_ptr<gloo::Context>& context, void* data, in
   opts.setOutput(static_cast<T*>(data), count);
   opts.setReduceFunction(
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+// Gloo's reduce functions for the 16-bit floats (raw uint16_t bits).
+void SumHalf(void* c, const void* a, const void* b, size_t n) {
+  AddSixteen(DType::kFloat16, static_cast<uint16_t*>(c), static_cast<const uint16_t*>(a),
+             static_cast<const uint16_t*>(b), static_cast<int64_t>(n));
+}
+
+void SumBFloat16(void* c, const void* a, const void* b, size_t n) {
+  AddSixteen(DType::kBFloat16, static_cast<uint16_t*>(c), static_cast<const uint16_t*>(a),
+             static_cast<const uint16_t*>(b), static_cast<int64_t>(n));
+}
+
+void GlooAllReduceSixteen(const std::shared_ptr<gloo::Context>& context, void* data,
+                          int64_t count, DType dtype, uint32_t tag,
+                          std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(static_cast<uint16_t*>(data), count);
+  opts.setReduceFunction(dtype == DType::kFloat16 ? &SumHalf : &SumBFloat16);
   opts.setTag(tag);
   opts.setTimeout(timeout);
   gloo::allreduce(opts);
@@ -84,6 +107,13 @@ class GlooCommunicator final : public Communicator {
             break;
           case DType::kUint8:
             GlooAllReduce<uint8_t>(context_, data, count, tag, timeout_);
+            break;
+          case DType::kFloat16:
+          case DType::kBFloat16:
+            GlooAllReduceSixteen(context_, data, count, dtype, tag, timeout_);
+            if (op == ReduceOp::kAverage) {
+              ScaleSixteen(dtype, static_cast<uint16_t*>(data), count, 1.0 / world);
+            }
             break;
         }
       });

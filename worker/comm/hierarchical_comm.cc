@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "worker/comm/comm_thread.h"
+#include "worker/comm/float16.h"
 #include "worker/comm/gloo_comm.h"
 #include "worker/comm/shm_comm.h"
 
@@ -38,7 +39,9 @@ namespace {
 
 // An average is defined for floating types only.
 absl::Status CheckAverageable(DType dtype) {
-  if (dtype == DType::kFloat32 || dtype == DType::kFloat64) return absl::OkStatus();
+  if (dtype == DType::kFloat32 || dtype == DType::kFloat64 || IsSixteenBitFloat(dtype)) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("an average of ", DTypeName(dtype), " is not defined; use a sum"));
 }
@@ -55,6 +58,10 @@ absl::Status DivideInPlace(void* data, int64_t count, DType dtype, int divisor) 
     double* v = static_cast<double*>(data);
     const double f = 1.0 / divisor;
     for (int64_t i = 0; i < count; ++i) v[i] *= f;
+    return absl::OkStatus();
+  }
+  if (IsSixteenBitFloat(dtype)) {
+    ScaleSixteen(dtype, static_cast<uint16_t*>(data), count, 1.0 / divisor);
     return absl::OkStatus();
   }
   return CheckAverageable(dtype);

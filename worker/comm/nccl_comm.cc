@@ -35,6 +35,10 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclInt64;
     case DType::kUint8:
       return ncclUint8;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
   }
   return ncclUint8;
 }

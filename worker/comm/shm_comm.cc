@@ -47,6 +47,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/comm/comm_thread.h"
+#include "worker/comm/float16.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -165,6 +166,19 @@ void SumInto(char* out_bytes, char* copy, const char* const* src_bytes, int worl
   }
 }
 
+// SumInto for the 16-bit floats: each addition in float, rounded back once
+// (float16.h), in rank order; an average divides on the last pass.
+void SumSixteen(DType dtype, char* out_bytes, char* copy, const char* const* src_bytes, int world,
+                int64_t n, bool average) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(out_bytes);
+  std::memcpy(out, src_bytes[0], n * sizeof(uint16_t));
+  for (int p = 1; p < world; ++p) {
+    AddSixteen(dtype, out, out, reinterpret_cast<const uint16_t*>(src_bytes[p]), n);
+  }
+  if (average && world > 1) ScaleSixteen(dtype, out, n, 1.0 / world);
+  std::memcpy(copy, out, n * sizeof(uint16_t));
+}
+
 void Reduce(DType dtype, char* out, char* copy, const char* const* srcs, int world, int64_t n,
             bool average) {
   switch (dtype) {
@@ -176,6 +190,9 @@ void Reduce(DType dtype, char* out, char* copy, const char* const* srcs, int wor
       return SumInto<int64_t>(out, copy, srcs, world, n, false);
     case DType::kUint8:
       return SumInto<uint8_t>(out, copy, srcs, world, n, false);
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return SumSixteen(dtype, out, copy, srcs, world, n, average);
   }
 }
 

@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
     return absl::InvalidArgumentError(
         absl::StrCat("DDP: bucket cap of ", options.bucket_cap_bytes, " bytes"));
   }
+  if (absl::Status s = ValidateCommHookOptions(options.comm_hook); !s.ok()) return s;
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const torch::Tensor& p = parameters[i];
@@ -67,8 +68,14 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
       offset += ddp->parameters_[index].numel();
     }
     bucket.flat = torch::zeros({offset}, torch::kFloat);
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      const torch::Tensor& param = ddp->parameters_[bucket.params[slot]];
+      bucket.grads.push_back(
+          bucket.flat.narrow(0, bucket.offsets[slot], param.numel()).view(param.sizes()));
+    }
     ddp->buckets_.push_back(std::move(bucket));
   }
+  ddp->hook_ = NewCommHook(options.comm_hook, comm);
   DistributedDataParallel* self = ddp.get();
   for (size_t i = 0; i < self->parameters_.size(); ++i) {
     self->hook_ids_.push_back(self->parameters_[i].register_hook(
@@ -88,8 +95,10 @@ DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> para
       now_(options.now ? options.now : std::function<double()>(SteadySeconds)) {}
 
 DistributedDataParallel::~DistributedDataParallel() {
-  for (auto& bucket : buckets_) {
-    if (bucket.work) (void)bucket.work->Wait();
+  // A bucket started and never finished (a failed step): its collectives
+  // may still read or write the buckets.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].launched) (void)hook_->Finish(b);
   }
   for (size_t i = 0; i < hook_ids_.size(); ++i) parameters_[i].remove_hook(hook_ids_[i]);
 }
@@ -120,6 +129,7 @@ void DistributedDataParallel::PrepareBackward(bool sync) {
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.params.size());
     bucket.work.reset();
+    bucket.launched = false;
   }
   got_grad_.assign(parameters_.size(), false);
 }
@@ -148,8 +158,8 @@ void DistributedDataParallel::LaunchReadyBuckets() {
   // Launch strictly in bucket order so every rank issues the same sequence.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
-    bucket.work = comm_->AllReduceAsync(bucket.flat.data_ptr<float>(), bucket.flat.numel(),
-                                        DType::kFloat32, ReduceOp::kSum);
+    bucket.work = hook_->Start(next_launch_, bucket.flat, bucket.grads);
+    bucket.launched = true;
     ++next_launch_;
   }
 }
@@ -178,13 +188,15 @@ absl::Status DistributedDataParallel::FinishBackward() {
   }
   LaunchReadyBuckets();
   absl::Status first_error;
-  const double scale = 1.0 / comm_->world_size();
   bool timed = true;
   double allreduce = 0;
   double hidden = 0;
-  for (Bucket& bucket : buckets_) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
     const double wait_start = now_();
-    absl::Status status = bucket.work ? bucket.work->Wait() : absl::InternalError("bucket not launched");
+    absl::Status status =
+        bucket.launched ? hook_->Finish(b) : absl::InternalError("bucket not launched");
+    bucket.launched = false;
     stats_.wait_seconds += now_() - wait_start;
     std::optional<WorkTimes> times = bucket.work ? bucket.work->Times() : std::nullopt;
     if (times.has_value()) {
@@ -198,7 +210,6 @@ absl::Status DistributedDataParallel::FinishBackward() {
       if (first_error.ok()) first_error = status;
       continue;
     }
-    if (comm_->world_size() > 1) bucket.flat.mul_(scale);
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       torch::Tensor& param = parameters_[bucket.params[slot]];
       torch::Tensor src = bucket.flat.narrow(0, bucket.offsets[slot], param.numel()).view_as(param);
@@ -209,6 +220,8 @@ absl::Status DistributedDataParallel::FinishBackward() {
       }
     }
   }
+  hook_->EndStep();
+  stats_.bytes_sent = hook_->bytes_sent();
   if (first_error.ok()) {
     ++stats_.steps;
     if (timed) {

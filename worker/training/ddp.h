@@ -7,6 +7,8 @@
 // gone, its all-reduce (sum) is launched asynchronously, so communication
 // overlaps the rest of the backward pass. FinishBackward() waits for every
 // bucket, divides by the world size and writes the averages into .grad.
+// What a bucket's reduction is (plain all-reduce, 16-bit compression,
+// PowerSGD) is the communication hook's (DdpOptions::comm_hook, comm_hook.h).
 //
 // Without overlap (DdpOptions::overlap false, for the benchmark of what
 // overlap saves) the hooks still fill the buckets, but every all-reduce is
@@ -32,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/comm/comm.h"
+#include "worker/training/comm_hook.h"
 #include "worker/training/ddp_stats.h"
 
 namespace cpptorchrun::worker {
@@ -45,6 +48,9 @@ struct DdpOptions {
   // Launch each bucket's all-reduce as soon as it is full (during the
   // backward pass); false: all of them in FinishBackward.
   bool overlap = true;
+  // What happens to a bucket between "gradients ready" and "averages back
+  // in place" (--comm_hook); validated by Create.
+  CommHookOptions comm_hook;
   // Seconds on the clock of the backend's Work::Times; default
   // SteadySeconds. Tests inject a fake one.
   std::function<double()> now;
@@ -57,13 +63,18 @@ class DistributedDataParallel {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;
     torch::Tensor flat;
+    // Views of `flat` shaped as the parameters in its slots.
+    std::vector<torch::Tensor> grads;
     int pending = 0;
+    bool launched = false;
+    // The hook's collective to time (null when it has none or several).
     std::shared_ptr<Work> work;
   };
 
   // `parameters`: float32, contiguous, in registration order; `buffers` are
   // only broadcast. `comm` is borrowed and must outlive this. Errors:
-  // InvalidArgument for non-float parameters or a cap below 1 byte.
+  // InvalidArgument for non-float parameters, a cap below 1 byte or bad
+  // hook options.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
       std::vector<torch::Tensor> parameters, std::vector<torch::Tensor> buffers,
       Communicator* comm, const DdpOptions& options);
@@ -105,6 +116,8 @@ class DistributedDataParallel {
   bool overlap_;
   const std::function<double()> now_;
   std::vector<Bucket> buckets_;
+  // After buckets_: destroyed first, while the buckets it reads live.
+  std::unique_ptr<CommHook> hook_;
   // Per parameter: its bucket and slot.
   std::vector<size_t> bucket_of_;
   std::vector<size_t> slot_of_;

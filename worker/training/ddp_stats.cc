@@ -10,6 +10,7 @@ DdpStats DdpStats::operator-(const DdpStats& before) const {
   d.timed_steps = timed_steps - before.timed_steps;
   d.allreduce_seconds = allreduce_seconds - before.allreduce_seconds;
   d.hidden_seconds = hidden_seconds - before.hidden_seconds;
+  d.bytes_sent = bytes_sent - before.bytes_sent;
   return d;
 }
 
@@ -19,6 +20,7 @@ DdpStats& DdpStats::operator+=(const DdpStats& more) {
   timed_steps += more.timed_steps;
   allreduce_seconds += more.allreduce_seconds;
   hidden_seconds += more.hidden_seconds;
+  bytes_sent += more.bytes_sent;
   return *this;
 }
 

@@ -23,6 +23,9 @@ struct DdpStats {
   // Of that, the part that ran before the backward pass returned (before
   // FinishBackward was called): hidden behind the backward pass.
   double hidden_seconds = 0;
+  // Payload bytes this rank handed to the gradients' all-reduces (count x
+  // element size: what the communication hook sends, comm_hook.h).
+  int64_t bytes_sent = 0;
 
   // Field by field: what happened between two snapshots, and its sum.
   DdpStats operator-(const DdpStats& before) const;

@@ -277,5 +277,55 @@ TEST(Ddp, TwoRanksAverageGradientsAndBroadcastState) {
   EXPECT_TRUE(torch::equal(grads[0], grads[1]));
 }
 
+TEST(Ddp, TwoRanksThroughEachHookCountTheirBytes) {
+  // The same layer and inputs as above; 1.5 is exact at 16 bits, and the
+  // 2 x 3 weight is too small for PowerSGD to compress (all uncompressed).
+  const std::vector<std::pair<CommHookKind, int64_t>> hooks = {
+      {CommHookKind::kAllReduce, 8 * 4}, {CommHookKind::kFp16, 8 * 2},
+      {CommHookKind::kBf16, 8 * 2}, {CommHookKind::kPowerSgd, 8 * 4}};
+  for (const auto& [kind, bytes] : hooks) {
+    std::unique_ptr<rdzv::Store> store = rdzv::NewInMemoryStore();
+    std::vector<torch::Tensor> grads(2);
+    std::vector<int64_t> sent(2);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        GlooOptions gloo;
+        gloo.store = store.get();
+        gloo.rank = rank;
+        gloo.world_size = 2;
+        auto comm = NewGlooCommunicator(gloo);
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        torch::nn::Linear layer(3, 2);
+        DdpOptions options;
+        options.bucket_cap_bytes = 8;  // one bucket per parameter
+        options.comm_hook.kind = kind;
+        options.comm_hook.powersgd_start_iter = 0;
+        auto ddp = DistributedDataParallel::Create({layer->weight, layer->bias}, {},
+                                                   comm->get(), options);
+        ASSERT_TRUE(ddp.ok());
+        (*ddp)->PrepareBackward(true);
+        layer(torch::full({1, 3}, rank + 1.0)).sum().backward();
+        ASSERT_TRUE((*ddp)->FinishBackward().ok());
+        grads[rank] = layer->weight.grad().clone();
+        sent[rank] = (*ddp)->stats().bytes_sent;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(torch::equal(grads[0], torch::full({2, 3}, 1.5))) << CommHookName(kind);
+    EXPECT_TRUE(torch::equal(grads[0], grads[1]));
+    EXPECT_EQ(sent[0], bytes) << CommHookName(kind);
+  }
+}
+
+TEST(Ddp, BadHookOptionsAreRefused) {
+  RecordingCommunicator comm([](const std::string&) {});
+  torch::nn::Linear layer(3, 2);
+  DdpOptions options;
+  options.comm_hook.powersgd_rank = 0;
+  auto ddp = DistributedDataParallel::Create({layer->weight}, {}, &comm, options);
+  EXPECT_EQ(ddp.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cpptorchrun::worker

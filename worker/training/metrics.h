@@ -43,6 +43,15 @@ struct TrainMetrics {
   int64_t allreduce_timed_steps = 0;
   double allreduce_seconds = 0;
   double allreduce_hidden_seconds = 0;
+  // --comm_hook, and the payload bytes rank 0 handed to the gradients'
+  // all-reduces (comm_hook.h): in all, and per synchronised step.
+  std::string comm_hook = "allreduce";
+  int64_t bytes_sent = 0;
+  double bytes_sent_per_step = 0;
+  // A hash of rank 0's final parameters (hex), and the number of ranks
+  // whose final parameters differ from rank 0's, bit for bit.
+  std::string parameters_fingerprint;
+  int64_t replicas_differing = 0;
   // "overlap", "after_backward", "off" or "rotate" (TrainConfig::allreduce).
   std::string allreduce = "overlap";
   // The same figures (rank 0's) per all-reduce mode the steps ran in: one

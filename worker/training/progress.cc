@@ -43,8 +43,14 @@ std::string FormatSummary(const TrainMetrics& m) {
   std::string accuracy = m.test_accuracy >= 0
                              ? absl::StrFormat("test accuracy %.2f%%", 100 * m.test_accuracy)
                              : "no test set";
-  return absl::StrFormat("%s, %.0f samples/s over %.1f s (world %d, %s), final loss %.4f", accuracy,
-                         m.samples_per_s, m.train_seconds, m.world_size, m.backend, m.final_loss);
+  std::string out =
+      absl::StrFormat("%s, %.0f samples/s over %.1f s (world %d, %s), final loss %.4f", accuracy,
+                      m.samples_per_s, m.train_seconds, m.world_size, m.backend, m.final_loss);
+  if (m.bytes_sent_per_step > 0) {
+    absl::StrAppendFormat(&out, ", comm hook %s: %.0f bytes sent a step", m.comm_hook,
+                          m.bytes_sent_per_step);
+  }
+  return out;
 }
 
 ConsoleProgress::ConsoleProgress(std::FILE* out, bool terminal, int64_t line_every)

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/training/allreduce_mode.h"
 #include "worker/training/checkpoint.h"
@@ -301,6 +302,9 @@ class TrainingRun {
   // The job's figures: samples summed, rank 0's clock, CPU time summed,
   // the last epoch's loss averaged.
   absl::Status AgreeOnFigures(TrainMetrics& metrics);
+  // Rank 0's parameter fingerprint, and how many ranks' parameters differ
+  // from rank 0's (0 for data parallelism, unless --allreduce off/rotate).
+  absl::Status CompareReplicas(TrainMetrics& metrics);
 
   const TrainConfig& config_;
   const TrainDeps& deps_;
@@ -363,6 +367,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
   metrics_.allreduce = AllReduceModeName(config.allreduce);
   metrics_.hidden = absl::StrJoin(config.hidden, ",");
   metrics_.optimizer = OptimizerName(config.optimizer.kind);
+  metrics_.comm_hook = CommHookName(config.comm_hook.kind);
   metrics_.base_lr = BaseLearningRate(config);
 }
 
@@ -371,6 +376,8 @@ absl::Status TrainingRun::Start() {
   ddp_options.bucket_cap_bytes = config_.bucket_cap_bytes;
   ddp_options.first_bucket_cap_bytes = config_.first_bucket_cap_bytes;
   ddp_options.overlap = config_.allreduce == AllReduceMode::kOverlap;
+  ddp_options.comm_hook = config_.comm_hook;
+  ddp_options.comm_hook.seed = config_.seed;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Create(params_, model_->buffers(), &comm_, ddp_options);
   if (!ddp.ok()) return ddp.status();
@@ -505,9 +512,30 @@ absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
   return absl::OkStatus();
 }
 
+absl::Status TrainingRun::CompareReplicas(TrainMetrics& metrics) {
+  // FNV-1a over the parameters' bytes in registration order: equal on two
+  // ranks exactly when (barring a collision) their parameters are bitwise equal.
+  uint64_t hash = 14695981039346656037ull;
+  for (const torch::Tensor& p : params_) {
+    torch::Tensor c = p.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0, n = c.numel() * sizeof(float); i < n; ++i) {
+      hash = (hash ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  int64_t root_hash = static_cast<int64_t>(hash);
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&root_hash, 1, DType::kInt64, 0));
+  int64_t differing = root_hash == static_cast<int64_t>(hash) ? 0 : 1;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&differing, 1, DType::kInt64, ReduceOp::kSum));
+  metrics.parameters_fingerprint = absl::StrFormat("%016x", hash);
+  metrics.replicas_differing = differing;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   TrainMetrics metrics = metrics_;
   CPPTORCHRUN_RETURN_IF_ERROR(AgreeOnFigures(metrics));
+  CPPTORCHRUN_RETURN_IF_ERROR(CompareReplicas(metrics));
   metrics.steps = run_batches_;
   if (!step_seconds_.empty()) {
     double sum = 0;
@@ -522,6 +550,9 @@ absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   metrics.allreduce_timed_steps = ddp_stats.timed_steps;
   metrics.allreduce_seconds = ddp_stats.allreduce_seconds;
   metrics.allreduce_hidden_seconds = ddp_stats.hidden_seconds;
+  metrics.bytes_sent = ddp_stats.bytes_sent;
+  metrics.bytes_sent_per_step =
+      ddp_stats.steps > 0 ? static_cast<double>(ddp_stats.bytes_sent) / ddp_stats.steps : 0;
   if (deps_.test != nullptr) {
     absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, comm_);
     if (!accuracy.ok()) return accuracy.status();
@@ -566,6 +597,7 @@ absl::Status ValidateConfig(const TrainConfig& c) {
   if (c.batch_size < 1) return bad(absl::StrCat("--batch_size must be at least 1, got ", c.batch_size));
   if (!(c.lr >= 0) || !std::isfinite(c.lr)) return bad(absl::StrCat("--lr must be positive, got ", c.lr));
   CPPTORCHRUN_RETURN_IF_ERROR(ValidateOptimizerOptions(c.optimizer));
+  CPPTORCHRUN_RETURN_IF_ERROR(ValidateCommHookOptions(c.comm_hook));
   if (c.grad_accum_steps < 1) {
     return bad(absl::StrCat("--grad_accum_steps must be at least 1, got ", c.grad_accum_steps));
   }

@@ -16,6 +16,7 @@
 #include "worker/data/idx.h"
 #include "worker/training/allreduce_mode.h"
 #include "worker/training/metrics.h"
+#include "worker/training/comm_hook_options.h"
 #include "worker/training/optimizer_options.h"
 
 namespace cpptorchrun::worker {
@@ -37,6 +38,8 @@ struct TrainConfig {
   int64_t bucket_cap_bytes = int64_t{25} << 20;
   int64_t first_bucket_cap_bytes = int64_t{1} << 20;
   AllReduceMode allreduce = AllReduceMode::kOverlap;
+  // --comm_hook and PowerSGD's knobs (its seed is `seed`).
+  CommHookOptions comm_hook;
   // The MLP's hidden layer widths, each followed by a ReLU: the seed's is
   // one layer of 512. Deeper models give DDP more than one bucket to
   // overlap (the DDP benchmark uses one).

@@ -394,6 +394,27 @@ TEST(Trainer, AllReduceOffTrainsEachReplicaOnItsShard) {
   EXPECT_EQ(off.metrics.comm_wait_seconds, 0);
   EXPECT_EQ(off.metrics.steps, 10);
   EXPECT_EQ(off.metrics.allreduce, "off");
+  EXPECT_EQ(off.metrics.replicas_differing, 1);  // the fingerprints tell
+}
+
+TEST(Trainer, EveryCommHookKeepsTheReplicasEqual) {
+  Dataset data = Synthetic(640, 12);
+  TrainConfig config = Small();
+  config.batch_size = 32;
+  config.hidden = {64, 32};
+  config.comm_hook.powersgd_start_iter = 2;
+  for (CommHookKind kind : {CommHookKind::kAllReduce, CommHookKind::kFp16, CommHookKind::kBf16,
+                            CommHookKind::kPowerSgd}) {
+    config.comm_hook.kind = kind;
+    Outcome out = TrainOn(2, config, data);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    ASSERT_EQ(out.rank_params.size(), 2u);
+    EXPECT_EQ(out.rank_params[0], out.rank_params[1]) << CommHookName(kind);
+    EXPECT_EQ(out.metrics.replicas_differing, 0) << CommHookName(kind);
+    EXPECT_EQ(out.metrics.parameters_fingerprint.size(), 16u);
+    EXPECT_EQ(out.metrics.comm_hook, CommHookName(kind));
+    EXPECT_GT(out.metrics.bytes_sent_per_step, 0);
+  }
 }
 
 TEST(Trainer, RotateRunsTheModesInBlocksAndTalliesThemApart) {
