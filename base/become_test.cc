@@ -1,0 +1,163 @@
+// The become protocol: the format both ways, hostile requests, and a real
+// exchange with a forked warm process that takes on the request.
+#include "base/become.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::base {
+namespace {
+
+BecomeRequest Sample() {
+  BecomeRequest r;
+  r.cwd = "/tmp";
+  r.cpus = {0, 1};
+  r.memory_node = -1;
+  r.launcher_pid = 1234;
+  r.argv = {"/usr/bin/python3", "-u", "train.py", "--lr=0.1", ""};
+  r.env = {{"RANK", "3"}, {"EMPTY", ""}, {"WITH_EQ", "a=b"}};
+  return r;
+}
+
+TEST(BecomeTest, RoundTrips) {
+  const BecomeRequest r = Sample();
+  absl::StatusOr<BecomeRequest> back = DecodeBecome(EncodeBecome(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->cwd, r.cwd);
+  EXPECT_EQ(back->cpus, r.cpus);
+  EXPECT_EQ(back->memory_node, -1);
+  EXPECT_EQ(back->launcher_pid, 1234);
+  EXPECT_EQ(back->argv, r.argv);
+  EXPECT_EQ(back->env, r.env);
+}
+
+TEST(BecomeTest, RefusesBrokenRequestsNamingWhat) {
+  const std::string good = EncodeBecome(Sample());
+  struct Case {
+    std::string bytes, needle;
+  };
+  std::string no_eq = good;
+  no_eq.replace(no_eq.find("RANK=3"), 6, "RANK_3");
+  const Case cases[] = {
+      {"", "magic"},
+      {std::string("CPPTORCHRUN-BECOME-9\0", 21), "expected"},
+      {good.substr(0, good.size() - 1), "not NUL-terminated"},
+      {good + std::string("x\0", 2), "bytes after"},
+      {no_eq, "not NAME=value"},
+      {std::string("CPPTORCHRUN-BECOME-1\0/\0x\0", 25), "cpus"},
+      {std::string("CPPTORCHRUN-BECOME-1\0/\0\0-7\0", 27), "memory node"},
+      {std::string("CPPTORCHRUN-BECOME-1\0/\0\0-1\0" "1\0" "0\0", 30), "argc"},
+      {std::string("CPPTORCHRUN-BECOME-1\0/\0\0-1\0" "1\0" "99999999\0", 37), "argc"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<BecomeRequest> r = DecodeBecome(c.bytes);
+    ASSERT_FALSE(r.ok()) << c.needle;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status();
+  }
+}
+
+TEST(BecomeTest, AnswersRoundTrip) {
+  EXPECT_EQ(*DecodeBecomeAnswer(EncodeBecomeAnswer(pid_t{42})), 42);
+  absl::StatusOr<pid_t> e = DecodeBecomeAnswer(EncodeBecomeAnswer(absl::InternalError("no torch")));
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(e.status().message(), "no torch");
+  EXPECT_EQ(DecodeBecomeAnswer("ok -3").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeBecomeAnswer("hello").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A child that waits warm, takes on a request (environment, cwd, streams)
+// and prints what it became on its new stdout.
+TEST(BecomeTest, AWarmChildBecomesTheRequestedWorker) {
+  int sock[2];
+  ASSERT_TRUE(WarmSocketPair(sock).ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(sock[0]);
+    if (!SendWarmMessage(sock[1], "ready").ok()) _exit(2);
+    absl::StatusOr<ReceivedBecome> got = ReceiveBecome(sock[1]);
+    if (!got.ok()) _exit(3);
+    if (!ApplyBecome(*got).ok()) _exit(4);
+    if (!SendWarmMessage(sock[1], EncodeBecomeAnswer(getpid())).ok()) _exit(5);
+    char cwd[256] = {};
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) _exit(6);
+    const char* rank = std::getenv("RANK");
+    const char* home = std::getenv("HOME");
+    dprintf(1, "rank=%s cwd=%s home=%s\n", rank ? rank : "-", cwd, home ? home : "-");
+    dprintf(2, "to stderr\n");
+    _exit(0);
+  }
+  close(sock[1]);
+  ASSERT_TRUE(AwaitWarmReady(sock[0], absl::Now() + absl::Seconds(30)).ok());
+  int out[2], err[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(err), 0);
+  BecomeRequest r;
+  r.cwd = "/";
+  r.argv = {"worker"};
+  r.env = {{"RANK", "7"}};
+  absl::StatusOr<pid_t> pid = RequestBecome(sock[0], r, out[1], err[1], absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(*pid, child);
+  close(out[1]);
+  close(err[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
+  std::string err_text;
+  for (ssize_t n; (n = read(err[0], buf, sizeof(buf))) > 0;) err_text.append(buf, static_cast<size_t>(n));
+  int ws = 0;
+  ASSERT_EQ(waitpid(child, &ws, 0), child);
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << ws;
+  // The whole environment replaced: HOME is gone.
+  EXPECT_EQ(text, "rank=7 cwd=/ home=-\n");
+  EXPECT_EQ(err_text, "to stderr\n");
+  close(sock[0]);
+}
+
+TEST(BecomeTest, AClosedWarmSocketIsUnavailable) {
+  int sock[2];
+  ASSERT_TRUE(WarmSocketPair(sock).ok());
+  close(sock[1]);
+  EXPECT_EQ(AwaitWarmReady(sock[0], absl::Now() + absl::Seconds(5)).code(), absl::StatusCode::kUnavailable);
+  close(sock[0]);
+}
+
+TEST(BecomeTest, ASilentWarmProcessTimesOut) {
+  int sock[2];
+  ASSERT_TRUE(WarmSocketPair(sock).ok());
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  BecomeRequest r;
+  r.argv = {"x"};
+  absl::StatusOr<pid_t> pid = RequestBecome(sock[0], r, p[1], p[1], absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(pid.status().code(), absl::StatusCode::kDeadlineExceeded);
+  // The request is there, with its two fds, for whoever reads it.
+  absl::StatusOr<ReceivedBecome> got = ReceiveBecome(sock[1]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->request.argv, r.argv);
+  close(got->stdout_fd);
+  close(got->stderr_fd);
+  for (int fd : {sock[0], sock[1], p[0], p[1]}) close(fd);
+}
+
+TEST(BecomeTest, ARequestTooLargeIsRefusedBeforeSending) {
+  int sock[2];
+  ASSERT_TRUE(WarmSocketPair(sock).ok());
+  BecomeRequest r;
+  r.argv = {"x"};
+  r.env["BIG"] = std::string(kMaxBecomeBytes, 'a');
+  absl::StatusOr<pid_t> pid = RequestBecome(sock[0], r, 1, 2, absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(pid.status().code(), absl::StatusCode::kResourceExhausted);
+  close(sock[0]);
+  close(sock[1]);
+}
+
+}  // namespace
+}  // namespace cpptorchrun::base
