@@ -37,6 +37,8 @@ HeartbeatOptions HeartbeatOptionsFor(const Flags& flags, const WorkerEnv& env, i
   options.rank = env.rank;
   options.local_rank = env.local_rank;
   options.pid = pid;
+  // train starts as a warm spare when the launcher asks (train_main.cc).
+  options.can_wait_warm = true;
   return options;
 }
 

@@ -242,6 +242,7 @@ bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   for (;;) {
     RecordWorkerStartup();
+    MaybePrepareNextStart();
     const absl::Time now = o_.clock->Now();
     std::vector<WorkerView> views;
     for (const Worker& w : workers_) {
@@ -541,8 +542,16 @@ void ElasticAgent::RecordWorkerStartup() {
                p.phases.restored_to_first_step_s());
 }
 
+void ElasticAgent::MaybePrepareNextStart() {
+  if (next_start_prepared_ || o_.progress == nullptr) return;
+  if (!o_.progress->Startup().has_value() || !o_.progress->AllCanWaitWarm()) return;
+  next_start_prepared_ = true;
+  o_.processes->PrepareNextStart();
+}
+
 void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   startup_pending_.reset();
+  next_start_prepared_ = false;
   Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
                          {"group_world_size", int64_t{a.group_world_size()}},
                          {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},

@@ -199,6 +199,9 @@ class ElasticAgent {
   // first step (from the progress board): a restart_completed event, the
   // log line and the keep-alive's RestartPhases.
   void RecordWorkerStartup();
+  // Once the group is running and its workers can wait warm: the process
+  // launcher may prepare the next start (ProcessLauncher::PrepareNextStart).
+  void MaybePrepareNextStart();
   Stopped Stop(const rdzv::v1::Assignment& a, const MonitorResult& m);
   Stopped StopOnSignal(int signo);
   Stopped StopAfterSuccess(const rdzv::v1::Assignment& a);
@@ -224,6 +227,7 @@ class ElasticAgent {
     absl::Time detected, started;
   };
   std::optional<PendingStartup> startup_pending_;
+  bool next_start_prepared_ = false;
   RunState run_;
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.
   std::vector<std::thread> unfinished_;

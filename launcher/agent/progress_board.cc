@@ -50,6 +50,7 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
       case Kind::STARTED:
         if (!r.last_heartbeat.has_value()) r.last_heartbeat = now;
         r.started_at = now;
+        r.can_wait_warm = e.can_wait_warm();
         break;
       case Kind::COMMUNICATOR_READY:
         r.comm_ready_at = now;
@@ -83,6 +84,16 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
                                                 {"pid", e.pid()}, {"message", e.message().substr(0, 4096)}});
   }
   return absl::OkStatus();
+}
+
+bool ProgressBoard::AllCanWaitWarm() const {
+  absl::MutexLock lock(&mu_);
+  if (pids_.empty()) return false;
+  for (size_t lr = 0; lr < pids_.size(); ++lr) {
+    auto it = reports_.find(static_cast<int>(lr));
+    if (it == reports_.end() || !it->second.can_wait_warm) return false;
+  }
+  return true;
 }
 
 std::optional<GroupStartup> ProgressBoard::Startup() const {

@@ -33,6 +33,7 @@ struct RankReport {
   bool finished = false;                     // sent FINISHED: silence is expected
   int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
   std::string failure;                       // FAILED: the worker's own message
+  bool can_wait_warm = false;                // STARTED said it can start as a warm spare
   // When the start-up events came (the board's clock); none yet.
   std::optional<absl::Time> started_at, comm_ready_at, resumed_at, first_step_at;
 };
@@ -69,6 +70,8 @@ class ProgressBoard {
   // FIRST_STEP (and COMMUNICATOR_READY before it); nullopt until then, or
   // for workers that send no events (Python scripts).
   std::optional<GroupStartup> Startup() const;
+  // Every current worker's STARTED said it can start as a warm spare.
+  bool AllCanWaitWarm() const;
 
   // Called (outside the board's lock) after each start-up event, so that a
   // waiting agent looks at once; null: nobody. Thread-safe.

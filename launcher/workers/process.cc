@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/become.h"
 #include "base/signals.h"
 
 namespace cpptorchrun::launcher {
@@ -93,7 +94,7 @@ struct ExecImage {
 // parent, the pipes as stdout/stderr, default signal dispositions and an
 // empty mask, its CPUs and memory node; on exec failure its errno in the
 // parent's memory and exit 127.
-[[noreturn]] void ExecChild(const ExecImage& image, int out_w, int err_w, pid_t parent,
+[[noreturn]] void ExecChild(const ExecImage& image, int out_w, int err_w, int pass_fd, pid_t parent,
                             volatile int* child_errno) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -101,6 +102,10 @@ struct ExecImage {
   if (getppid() != parent) _exit(126);
   dup2(out_w, STDOUT_FILENO);
   dup2(err_w, STDERR_FILENO);
+  // The warm process's socket as fd 3, kept across exec (dup2 clears
+  // close-on-exec; an fd already at 3 has it cleared by hand).
+  if (pass_fd >= 0 && pass_fd != base::kWarmFd) dup2(pass_fd, base::kWarmFd);
+  if (pass_fd == base::kWarmFd) fcntl(pass_fd, F_SETFD, 0);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; ++s) {
@@ -134,14 +139,17 @@ class RealProcessLauncher final : public ProcessLauncher {
 
   absl::StatusOr<pid_t> Start(const ProcessSpec& spec) override {
     if (spec.argv.empty()) return absl::InvalidArgumentError("empty argv");
+    if (spec.warm_socket >= 0) return StartWarm(spec);
     // Everything the child needs is prepared before fork: between fork and
     // exec only async-signal-safe calls are made.
     ExecImage image(spec);
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe");
-    if (pipe2(err, O_CLOEXEC) != 0) {
-      CloseAll({out[0], out[1]});
-      return Errno("pipe");
+    int out[2] = {-1, STDERR_FILENO}, err[2] = {-1, STDERR_FILENO};
+    if (!spec.inherit_output) {
+      if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe");
+      if (pipe2(err, O_CLOEXEC) != 0) {
+        CloseAll({out[0], out[1]});
+        return Errno("pipe");
+      }
     }
     const pid_t parent = getpid();
     // vfork: the parent is suspended until the child has exec'd or exited,
@@ -150,18 +158,18 @@ class RealProcessLauncher final : public ProcessLauncher {
     volatile int child_errno = 0;
     pid_t pid = vfork();
     if (pid < 0) {
-      CloseAll({out[0], out[1], err[0], err[1]});
+      if (!spec.inherit_output) CloseAll({out[0], out[1], err[0], err[1]});
       return Errno("fork");
     }
-    if (pid == 0) ExecChild(image, out[1], err[1], parent, &child_errno);
+    if (pid == 0) ExecChild(image, out[1], err[1], spec.pass_fd, parent, &child_errno);
     setpgid(pid, pid);  // harmless if the child did it already
-    close(out[1]);
-    close(err[1]);
+    if (!spec.inherit_output) CloseAll({out[1], err[1]});
     if (child_errno != 0) {
       ReapEnding(pid);
-      CloseAll({out[0], err[0]});
+      if (!spec.inherit_output) CloseAll({out[0], err[0]});
       return absl::FailedPreconditionError(absl::StrCat("cannot exec ", spec.argv[0], ": ", strerror(child_errno)));
     }
+    if (spec.inherit_output) return pid;
     absl::Status s1 = mux_.Add(out[0], spec.stdout_sink);
     absl::Status s2 = mux_.Add(err[0], spec.stderr_sink);
     if (!s1.ok() || !s2.ok()) {
@@ -170,6 +178,40 @@ class RealProcessLauncher final : public ProcessLauncher {
       return !s1.ok() ? s1 : s2;
     }
     return pid;
+  }
+
+  // The worker from a warm process: the same pipes as an exec'd one, their
+  // write ends sent over the warm socket instead of dup'ed into a child.
+  absl::StatusOr<pid_t> StartWarm(const ProcessSpec& spec) {
+    base::BecomeRequest request;
+    char cwd[4096] = {};
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) request.cwd = cwd;
+    request.cpus = spec.cpus;
+    request.memory_node = spec.memory_node;
+    request.launcher_pid = getpid();
+    request.argv = spec.argv;
+    request.env = spec.env;
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe");
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      CloseAll({out[0], out[1]});
+      return Errno("pipe");
+    }
+    absl::StatusOr<pid_t> pid =
+        base::RequestBecome(spec.warm_socket, request, out[1], err[1], absl::Now() + spec.warm_timeout);
+    // The warm process has its own copies now (or none).
+    CloseAll({out[1], err[1]});
+    if (!pid.ok()) {
+      CloseAll({out[0], err[0]});
+      return pid.status();
+    }
+    absl::Status s1 = mux_.Add(out[0], spec.stdout_sink);
+    absl::Status s2 = mux_.Add(err[0], spec.stderr_sink);
+    if (!s1.ok() || !s2.ok()) {
+      kill(-*pid, SIGKILL);
+      return !s1.ok() ? s1 : s2;
+    }
+    return *pid;
   }
 
   void SignalGroup(pid_t pid, int signo) override {

@@ -50,6 +50,18 @@ struct ProcessSpec {
   // child before exec; best effort (a kernel that refuses leaves it unbound).
   std::vector<int> cpus;
   int memory_node = -1;
+  // A warm start (base/become.h): when >= 0, no fork and exec; the warm
+  // process at the other end of this socket (a spare, the forkserver) is
+  // sent the spec and answers with the pid of the process that is now the
+  // worker. It must answer within `warm_timeout`.
+  int warm_socket = -1;
+  absl::Duration warm_timeout = absl::Seconds(10);
+  // Exec'd processes only: stdout and stderr are the launcher's stderr, no
+  // pipes, the sinks unused (warm processes, which outlive DrainOutput).
+  bool inherit_output = false;
+  // Exec'd processes only: this fd is the child's fd 3 (base::kWarmFd), the
+  // warm process's end of its socket; -1: none.
+  int pass_fd = -1;
 };
 
 struct ProcessEvent {
@@ -66,7 +78,8 @@ class ProcessLauncher {
   virtual ~ProcessLauncher() = default;
 
   // Starts a process that leads its own process group. Errors: the program
-  // could not be exec'd (nothing is left running).
+  // could not be exec'd (nothing is left running); for a warm start, the
+  // warm process's failure to answer (the caller decides what of it to stop).
   virtual absl::StatusOr<pid_t> Start(const ProcessSpec& spec) = 0;
 
   // Sends `signo` to the process group led by `pid` (no-op once it is gone).
@@ -83,6 +96,11 @@ class ProcessLauncher {
   // Waits until the output of every process started so far is written out,
   // or `deadline`.
   virtual void DrainOutput(absl::Time deadline) = 0;
+
+  // The group started last is running (every worker made its first step)
+  // and its workers said they can wait warm (agent.proto's STARTED): a
+  // good time to prepare the next start (warm_pool.h). Default: nothing.
+  virtual void PrepareNextStart() {}
 };
 
 // Blocks SIGCHLD and `signals` in the calling thread. Call it at the start

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/become.h"
 #include "gtest/gtest.h"
 
 namespace cpptorchrun::launcher {
@@ -120,6 +121,67 @@ TEST_F(ProcessTest, ChildSignalMaskIsReset) {
   ASSERT_TRUE(st.has_value());
   EXPECT_TRUE(st->signaled);
   EXPECT_EQ(st->signal, SIGUSR1);
+}
+
+TEST_F(ProcessTest, PassedFdIsTheChildsFdThree) {
+  int sock[2];
+  ASSERT_TRUE(base::WarmSocketPair(sock).ok());
+  ProcessSpec spec = Shell("readlink /proc/$$/fd/3; readlink /proc/$$/fd/4 || echo no fd 4");
+  spec.pass_fd = sock[1];
+  auto pid = launcher_->Start(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  close(sock[1]);
+  ASSERT_TRUE(WaitExit(*pid).has_value());
+  launcher_->DrainOutput(absl::Now() + absl::Seconds(10));
+  const std::string out = Read("out.log");
+  EXPECT_EQ(out.rfind("socket:[", 0), 0u) << out;
+  EXPECT_NE(out.find("no fd 4"), std::string::npos) << out;
+  close(sock[0]);
+}
+
+// A warm start: a forked child of this test waits on the socket, takes on
+// the spec, and its output comes through the launcher's sinks like an
+// exec'd worker's.
+TEST_F(ProcessTest, WarmStartHandsTheSpecToTheWarmProcess) {
+  int sock[2];
+  ASSERT_TRUE(base::WarmSocketPair(sock).ok());
+  const pid_t warm = fork();
+  ASSERT_GE(warm, 0);
+  if (warm == 0) {
+    close(sock[0]);
+    absl::StatusOr<base::ReceivedBecome> got = base::ReceiveBecome(sock[1]);
+    if (!got.ok() || !base::ApplyBecome(*got).ok()) _exit(3);
+    (void)base::SendWarmMessage(sock[1], base::EncodeBecomeAnswer(getpid()));
+    const char* mark = std::getenv("MARK");
+    dprintf(1, "warm %s\n", mark ? mark : "-");
+    dprintf(2, "warm err\n");
+    _exit(0);
+  }
+  close(sock[1]);
+  ProcessSpec spec = Shell("unused");
+  spec.warm_socket = sock[0];
+  auto pid = launcher_->Start(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(*pid, warm);
+  auto st = WaitExit(warm);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->success());
+  launcher_->DrainOutput(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(Read("out.log"), "warm m1\n");
+  EXPECT_EQ(Read("err.log"), "warm err\n");
+  close(sock[0]);
+}
+
+TEST_F(ProcessTest, WarmStartWithoutAnAnswerFailsAndLeavesNothing) {
+  int sock[2];
+  ASSERT_TRUE(base::WarmSocketPair(sock).ok());
+  close(sock[1]);
+  ProcessSpec spec = Shell("unused");
+  spec.warm_socket = sock[0];
+  spec.warm_timeout = absl::Milliseconds(50);
+  auto pid = launcher_->Start(spec);
+  EXPECT_FALSE(pid.ok());
+  close(sock[0]);
 }
 
 }  // namespace

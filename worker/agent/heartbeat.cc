@@ -146,6 +146,7 @@ void HeartbeatReporter::SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step
   event.set_kind(kind);
   event.set_step(step);
   event.set_message(message);
+  if (kind == agent_pb::WorkerEvent::STARTED) event.set_can_wait_warm(options_.can_wait_warm);
   if (!client_->SendEvent(event).ok()) {
     absl::MutexLock lock(&mu_);
     ++failures_;

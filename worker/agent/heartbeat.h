@@ -63,6 +63,8 @@ struct HeartbeatOptions {
   int rank = 0;
   int local_rank = 0;
   int64_t pid = 0;
+  // Said in STARTED: this program can start as a warm spare (base/become.h).
+  bool can_wait_warm = false;
   // Injected clock; default absl::Now.
   std::function<absl::Time()> now;
 };

@@ -1,0 +1,127 @@
+// The warm pool: a ProcessLauncher over the real one that starts workers
+// from warm processes instead of exec'ing them afresh (base/become.h):
+//
+// - Spares (`train`, and any program whose STARTED event says it can wait
+//   warm): once a group is running, one spare per local rank is exec'd with
+//   CPPTORCHRUN_WARM_FD; it loads LibTorch and its data set and waits. At the
+//   next start of that local rank the spare is handed the worker's
+//   environment and becomes the worker; the next spare follows when the new
+//   group is running. A spare that dies while waiting is replaced at once
+//   (after max_losses losses in a row, spares are turned off, with a
+//   warning).
+// - The forkserver (Python scripts under --start_method forkserver): one
+//   per node, started with the pool, imports the preloaded modules once;
+//   every worker is forked from it (launcher/agent/forkserver.py) and
+//   reparented to the launcher, its child subreaper. A forkserver that dies
+//   is restarted; one that cannot start (or refuses: a preload initialised
+//   CUDA) leaves the workers spawned, with a warning.
+//
+// Whatever fails on the warm path, the worker is exec'd as without the
+// pool: a warm start is an optimisation, never a new way to fail. Spares'
+// and the forkserver's exits are the pool's business: Wait reports only the
+// rest. Events (event_log.h): spare_started, spare_lost, warm_started,
+// forkserver_started, forkserver_lost, warm_fallback.
+#ifndef CPPTORCHRUN_LAUNCHER_WARM_POOL_H_
+#define CPPTORCHRUN_LAUNCHER_WARM_POOL_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "launcher/agent/event_log.h"
+#include "launcher/workers/process.h"
+
+namespace cpptorchrun::launcher {
+
+struct WarmPoolOptions {
+  // Spares: the workers' program and the environment they start with (the
+  // launcher's; the round's comes at the hand-over), per local rank CPUs and
+  // memory node as for the workers.
+  bool spares = false;
+  std::vector<std::string> program_argv;
+  std::map<std::string, std::string> base_env;
+  int local_world_size = 1;
+  std::vector<std::vector<int>> cpus;
+  std::vector<int> memory_node;
+  // The forkserver: how to start it (python -u forkserver.py MODULES...),
+  // with base_env. Empty: none.
+  std::vector<std::string> forkserver_argv;
+  // How long the forkserver's imports, and a spare's loading, may take
+  // before a start gives up on it; how long a hand-over may take.
+  absl::Duration ready_timeout = absl::Seconds(120);
+  absl::Duration become_timeout = absl::Seconds(10);
+  // Losses in a row (dying before use) after which the pool stops
+  // replacing spares, or restarting the forkserver.
+  int max_losses = 3;
+  // Not owned; may be null.
+  EventLog* events = nullptr;
+};
+
+// Used from one thread (the agent's), as ProcessLauncher.
+class WarmPool final : public ProcessLauncher {
+ public:
+  // `inner` (not owned) starts, signals and reaps everything.
+  WarmPool(ProcessLauncher* inner, WarmPoolOptions options);
+  // Kills the spares and the forkserver and reaps them (bounded).
+  ~WarmPool() override;
+  WarmPool(const WarmPool&) = delete;
+  WarmPool& operator=(const WarmPool&) = delete;
+
+  // Starts the forkserver now (its imports overlap the rendezvous).
+  void Begin();
+
+  absl::StatusOr<pid_t> Start(const ProcessSpec& spec) override;
+  void SignalGroup(pid_t pid, int signo) override { inner_->SignalGroup(pid, signo); }
+  std::vector<ProcessEvent> Wait(absl::Time deadline) override;
+  void Wakeup() override { inner_->Wakeup(); }
+  void DrainOutput(absl::Time deadline) override { inner_->DrainOutput(deadline); }
+  // Starts a spare for each local rank without one (when spares are on).
+  void PrepareNextStart() override;
+
+  // For tests and status: the spares' pids by local rank; the forkserver's.
+  std::map<int, pid_t> spares() const;
+  pid_t forkserver() const { return forkserver_.pid; }
+
+ private:
+  // A warm process: its pid, the launcher's end of its socket, whether it
+  // said ready.
+  struct Warm {
+    pid_t pid = 0;
+    int socket = -1;
+    bool ready = false;
+  };
+  absl::StatusOr<Warm> StartWarmProcess(const std::vector<std::string>& argv,
+                                        std::map<std::string, std::string> env,
+                                        const std::vector<int>& cpus, int memory_node);
+  void StartSpare(int local_rank);
+  void StartForkserver();
+  // Stops a warm process the pool gives up on: SIGKILL to its group; its
+  // exit is dropped by Wait.
+  void Discard(Warm& w);
+  // Readies `w` (waits for its "ready" up to ready_timeout); false, with a
+  // warning naming `what`, when it is not.
+  bool Ready(Warm& w, const std::string& what);
+  absl::StatusOr<pid_t> FromSpare(const ProcessSpec& spec, int local_rank);
+  absl::StatusOr<pid_t> FromForkserver(const ProcessSpec& spec);
+  void Event(absl::string_view name, std::vector<EventField> fields);
+
+  ProcessLauncher* inner_;
+  WarmPoolOptions o_;
+  std::map<int, Warm> spares_;
+  int spare_losses_ = 0;
+  bool spares_off_ = false;
+  Warm forkserver_;
+  int forkserver_losses_ = 0;
+  bool forkserver_off_ = false;
+  // Warm processes stopped by the pool: their exits are not reported.
+  std::set<pid_t> discarded_;
+};
+
+}  // namespace cpptorchrun::launcher
+
+#endif  // CPPTORCHRUN_LAUNCHER_WARM_POOL_H_
