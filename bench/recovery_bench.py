@@ -7,12 +7,16 @@ worker is killed, and how soon a lost node is noticed.
     worker's first step. Worker start-up (exec, LibTorch, data), the
     re-rendezvous, the communicator's bootstrap and the checkpoint load are
     all inside the figure.
-      - cpptorchrun, one node: 2 workers on fake GPUs;
+      - cpptorchrun, one node: 2 workers on fake GPUs, with the warm
+        spares (the default) and without (--warm_spares false);
       - cpptorchrun, two namespaced nodes x 2 workers, a worker of node B
         killed (both nodes restart in a new round);
       - torchrun, one node: bench/reference_ddp.py (Python DDP, Gloo) with
         the same checkpoint cadence, the same --monitor_interval and
-        --max_restarts.
+        --max_restarts;
+      - the same Python DDP under cpptorchrun, --start_method spawn (each
+        restarted worker execs python and imports torch) and forkserver
+        (forked from the warm forkserver).
   * node loss: a node cut off the network (its veth down) -> the survivor's
     launcher records the round's end (round_ended in its event log).
 
@@ -155,28 +159,35 @@ def stop(p):
     p.wait()
 
 
-def one_node(ctx, res, kills):
+def one_node(ctx, res, kills, warm=True):
+    """`train` on one node; warm: with its warm spares (the default),
+    else --warm_spares false (every restart execs afresh)."""
+    name = "cpptorchrun/one_node" if warm else "cpptorchrun/one_node_cold"
     work = tempfile.mkdtemp(prefix="cpt-bench-recovery-")
     ckpt = os.path.join(work, "ckpt")
     log = os.path.join(work, "job.log")
+    logs = os.path.join(work, "logs")
     argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
             "--fake_gpus=2", "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
-            "--log_dir", os.path.join(work, "logs"),
+            "--warm_spares", "true" if warm else "false", "--log_dir", logs,
             os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--checkpoint_every",
             CHECKPOINT_EVERY, "--checkpoint_dir", ckpt, "--progress", "lines"]
     p = spawn_logged(argv, log)
     watch = LogWatch([log])
     try:
-        kill_and_time(res, "cpptorchrun/one_node", kills, lambda: p.poll() is None,
-                      lambda: jobs.children(p.pid), newest_checkpoint(ckpt), watch)
+        kill_and_time(res, name, kills, lambda: p.poll() is None,
+                      lambda: jobs.current_workers(jobs.events_in(logs), p.pid), newest_checkpoint(ckpt), watch)
         # Where a restarted worker's time went (rank 0's first line).
-        for _t, text in watch.lines:
+        for _t, text in watch.lines if warm else []:
             m = re.search(r"started in ([\d.]+) s \(before main ([\d.]+) s, data ([\d.]+) s, "
                           r"communicator ([\d.]+) s\)", text)
             if m:
                 for key, v in zip(("total", "before_main", "data", "communicator"), m.groups()):
                     res.add("recovery/cpptorchrun/worker_start/%s_ms" % key, float(v) * 1e3, "ms")
-        add_restart_phases(res, "cpptorchrun/one_node", os.path.join(work, "logs"))
+        add_restart_phases(res, name, logs)
+        warm_starts = len(jobs.named(jobs.events_in(logs), "warm_started"))
+        res.note("recovery", "%s: %d of %d restarted workers came from a warm spare"
+                 % (name, warm_starts, 2 * kills))
     finally:
         watch.close()
         stop(p)
@@ -196,6 +207,32 @@ def torchrun_one_node(ctx, res, kills):
     try:
         kill_and_time(res, "torchrun/one_node", kills, lambda: p.poll() is None,
                       lambda: jobs.children(p.pid), file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
+    finally:
+        watch.close()
+        stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def python_one_node(ctx, res, kills, start_method):
+    """bench/reference_ddp.py (the same Python DDP as under torchrun) under
+    cpptorchrun, its workers spawned or forked from the forkserver."""
+    name = "cpptorchrun_python_%s/one_node" % start_method
+    work = tempfile.mkdtemp(prefix="cpt-bench-recovery-py-")
+    ckpt = os.path.join(work, "ckpt")
+    log = os.path.join(work, "job.log")
+    logs = os.path.join(work, "logs")
+    argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
+            "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
+            "--start_method", start_method, "--log_dir", logs,
+            os.path.join(ROOT, "bench", "reference_ddp.py"), "--epochs", "3",
+            "--checkpoint_every", CHECKPOINT_EVERY, "--checkpoint_dir", ckpt]
+    p = spawn_logged(argv, log, env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHON_EXEC": PY})
+    watch = LogWatch([log])
+    try:
+        kill_and_time(res, name, kills, lambda: p.poll() is None,
+                      lambda: jobs.current_workers(jobs.events_in(logs), p.pid),
+                      file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
+        add_restart_phases(res, name, logs)
     finally:
         watch.close()
         stop(p)
@@ -261,8 +298,11 @@ def section_recovery(ctx, res):
     torch_ok = os.path.exists(PY) and subprocess.run(
         [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
     one_node(ctx, res, kills)
+    one_node(ctx, res, kills, warm=False)
     if torch_ok:
         torchrun_one_node(ctx, res, kills)
+        python_one_node(ctx, res, kills, "spawn")
+        python_one_node(ctx, res, kills, "forkserver")
     else:
         res.note("recovery", "torchrun not measured: %s has no torch" % PY)
     ok, why = harness.netns_available()

@@ -36,6 +36,7 @@
 #include "launcher/workers/ports.h"
 #include "launcher/workers/process.h"
 #include "launcher/workers/run_dir.h"
+#include "launcher/agent/warm_pool.h"
 #include "rendezvous/client.h"
 #include "base/clock.h"
 #include "rendezvous/endpoint.h"
@@ -497,8 +498,36 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
   auto monitor = NewRoundMonitor(mo);
 
+  // Warm starts (launcher/agent/warm_pool.h): Python workers forked from
+  // the forkserver under --start_method forkserver|fork, warm spares for
+  // programs that say they can wait warm (train).
+  WarmPoolOptions wo;
+  wo.spares = c.warm_spares;
+  wo.program_argv = plan->argv;
+  wo.base_env = env;
+  // Which job a warm process belongs to, for operators (ps e) and sweeps:
+  // the round's environment replaces all of it at the hand-over.
+  wo.base_env["TORCHELASTIC_RUN_ID"] = c.rdzv_id;
+  wo.local_world_size = plan->nproc;
+  wo.cpus = o.worker_cpus;
+  wo.memory_node = o.worker_memory_node;
+  wo.events = event_sink;
+  if (c.start_method != "spawn") {
+    if (ModeOf(c) == ProgramMode::kExecutable) {
+      spdlog::info("--start_method {}: {} is not run by python; its workers are exec'd", c.start_method,
+                   c.training_script);
+    } else if (auto path = WriteForkserver((*run_dir)->private_dir()); path.ok()) {
+      wo.forkserver_argv = {plan->argv[0], "-u", *path};
+      wo.forkserver_argv.insert(wo.forkserver_argv.end(), c.forkserver_preload.begin(), c.forkserver_preload.end());
+    } else {
+      spdlog::warn("no forkserver ({}): workers are spawned", path.status().ToString());
+    }
+  }
+  WarmPool pool(processes->get(), wo);
+  pool.Begin();
+
   o.clock = base::RealClock();
-  o.processes = processes->get();
+  o.processes = &pool;
   o.rdzv = rdzv->client.get();
   o.ports = ports.get();
   o.progress = &board;

@@ -1,6 +1,7 @@
 """Building blocks for end-to-end job scenarios: a rendezvous server on a
 host, a cpptorchrun node on a host, and the checks every scenario shares
 (metrics, restarts, processes left behind)."""
+import glob
 import json
 import os
 import re
@@ -81,8 +82,10 @@ class Node:
                                  % (self.name, timeout, self.text()[-6000:]))
 
     def worker_pids(self):
-        """Pids of this node's workers (children of the launcher)."""
-        return children(self.proc.pid)
+        """Pids of this node's current workers: those of its last
+        workers_started event still alive as the launcher's children (its
+        warm spares and forkserver are children too, not workers)."""
+        return current_workers(self.events_so_far(), self.proc.pid)
 
     def log_folder(self):
         """The launcher's own folder in --log_dir, once it has named it (else None)."""
@@ -112,6 +115,26 @@ class Node:
         """This launcher's round_joined events so far with the given field
         values, e.g. joined(world_size=4): the rounds it was placed in."""
         return named(self.events_so_far(), "round_joined", **fields)
+
+
+def current_workers(events, launcher_pid):
+    """The pids of the last workers_started event in `events` that are still
+    children of `launcher_pid`."""
+    started = named(events, "workers_started")
+    if not started:
+        return []
+    live = set(children(launcher_pid))
+    return [p for p in started[-1]["pids"] if p in live]
+
+
+def events_in(folder):
+    """The whole lines of the event logs under `folder` (each launcher's
+    <log_dir>/<run>_<suffix>/events.jsonl), as dicts, file by file."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "*", "events.jsonl"))):
+        with open(path) as f:
+            out += [json.loads(line) for line in f if line.endswith("\n")]
+    return out
 
 
 def named(events, name, **fields):

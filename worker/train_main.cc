@@ -16,8 +16,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/become.h"
 #include "base/token.h"
 #include "rendezvous/client.h"
 #include "rendezvous/store.h"
@@ -193,10 +195,15 @@ int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& con
 // The whole worker: environment, config, heartbeats (first, so a slow
 // start still heartbeats), data, store, communicator, observers, training.
 // Each step's failure is reported with its own error type and context.
-int Run(const Flags& flags, Reporting& reporting) {
+//
+// `preloaded`: a warm spare's data, loaded before it became this worker;
+// its start-up is counted from the hand-over (nothing before main).
+int Run(const Flags& flags, Reporting& reporting, std::optional<Data> preloaded = std::nullopt) {
   StartupPhases startup;
   const double main_at = MonotonicSeconds();
-  if (std::optional<double> since = SecondsSinceProcessStart(); since.has_value()) {
+  if (preloaded.has_value()) {
+    startup.before_main = 0;
+  } else if (std::optional<double> since = SecondsSinceProcessStart(); since.has_value()) {
     startup.before_main = *since;
   }
   absl::StatusOr<WorkerEnv> env = ParseWorkerEnv([](const char* name) { return std::getenv(name); });
@@ -222,7 +229,7 @@ int Run(const Flags& flags, Reporting& reporting) {
   }
 
   const double data_at = MonotonicSeconds();
-  absl::StatusOr<Data> data = LoadData(flags);
+  absl::StatusOr<Data> data = preloaded.has_value() ? *std::move(preloaded) : LoadData(flags);
   if (!data.ok()) return Fail(reporting, "DataError", data.status(), flags.data_dir);
 
   const double comm_at = MonotonicSeconds();
@@ -254,6 +261,51 @@ int Run(const Flags& flags, Reporting& reporting) {
   deps.test = &data->test;
   deps.observers = observers.all;
   return TrainAndEnd(flags, *env, *config, deps, heartbeat, reporting);
+}
+
+// A warm spare (CPPTORCHRUN_WARM_FD, base/become.h): LibTorch is loaded
+// (this process is running), the data set is loaded now; then it says
+// ready and waits for the launcher to hand it a worker's environment, cwd,
+// streams and CPUs. The data once this process is that worker; nullopt
+// with *exit_code when it is not (the launcher closed the socket: 0).
+std::optional<Data> WaitWarm(const Flags& flags, int fd, int* exit_code) {
+  absl::StatusOr<Data> data = LoadData(flags);
+  if (!data.ok()) {
+    std::fprintf(stderr, "train[spare]: cannot load the data set: %s\n", std::string(data.status().message()).c_str());
+    (void)base::SendWarmMessage(fd, absl::StrCat("error ", data.status().message()));
+    *exit_code = 1;
+    return std::nullopt;
+  }
+  if (absl::Status s = base::SendWarmMessage(fd, "ready"); !s.ok()) {
+    *exit_code = 0;
+    return std::nullopt;
+  }
+  absl::StatusOr<base::ReceivedBecome> got = base::ReceiveBecome(fd);
+  if (!got.ok()) {
+    // The launcher went (or is stopping its spares): nothing to do.
+    if (!absl::IsUnavailable(got.status())) {
+      std::fprintf(stderr, "train[spare]: %s\n", std::string(got.status().message()).c_str());
+    }
+    *exit_code = absl::IsUnavailable(got.status()) ? 0 : 1;
+    return std::nullopt;
+  }
+  absl::Status applied = base::ApplyBecome(*got);
+  (void)base::SendWarmMessage(fd, base::EncodeBecomeAnswer(applied.ok() ? absl::StatusOr<pid_t>(::getpid())
+                                                                       : absl::StatusOr<pid_t>(applied)));
+  ::close(fd);
+  if (!applied.ok()) {
+    *exit_code = 1;
+    return std::nullopt;
+  }
+  return *std::move(data);
+}
+
+// CPPTORCHRUN_WARM_FD's fd; -1 when unset or not a number.
+int WarmFd() {
+  const char* v = std::getenv(base::kWarmFdEnv);
+  int fd = -1;
+  if (v == nullptr || !absl::SimpleAtoi(v, &fd) || fd < 0) return -1;
+  return fd;
 }
 
 }  // namespace
@@ -357,6 +409,12 @@ int main(int argc, char** argv) {
   }
   cpptorchrun::worker::Reporting reporting;
   try {
+    if (const int fd = cpptorchrun::worker::WarmFd(); fd >= 0) {
+      int code = 0;
+      std::optional<cpptorchrun::worker::Data> data = cpptorchrun::worker::WaitWarm(flags, fd, &code);
+      if (!data.has_value()) return code;
+      return cpptorchrun::worker::Run(flags, reporting, std::move(data));
+    }
     return cpptorchrun::worker::Run(flags, reporting);
   } catch (const std::exception& e) {
     return cpptorchrun::worker::Fail(reporting, "std::exception", e.what(), "uncaught in train");

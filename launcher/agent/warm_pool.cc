@@ -1,12 +1,18 @@
 // The warm pool (warm_pool.h).
 #include "launcher/agent/warm_pool.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/become.h"
+#include "base/files.h"
+#include "launcher/agent/forkserver_py.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::launcher {
@@ -24,6 +30,16 @@ int LocalRankOf(const ProcessSpec& spec) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> WriteForkserver(const std::string& dir) {
+  const std::string path = dir + "/forkserver.py";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  absl::Status written = base::WriteAll(fd, kForkserverPy, path);
+  close(fd);
+  if (!written.ok()) return written;
+  return path;
+}
 
 WarmPool::WarmPool(ProcessLauncher* inner, WarmPoolOptions options) : inner_(inner), o_(std::move(options)) {}
 

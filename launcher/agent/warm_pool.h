@@ -62,6 +62,9 @@ struct WarmPoolOptions {
   EventLog* events = nullptr;
 };
 
+// Writes the forkserver (forkserver.py, embedded) into `dir` (0600); its path.
+absl::StatusOr<std::string> WriteForkserver(const std::string& dir);
+
 // Used from one thread (the agent's), as ProcessLauncher.
 class WarmPool final : public ProcessLauncher {
  public:

@@ -64,6 +64,11 @@ struct LaunchConfig {
   int max_restarts = 0;
   absl::Duration monitor_interval = absl::Seconds(5);
   std::string start_method = "spawn";
+  // --start_method forkserver (or fork): the modules the forkserver imports
+  // once (launcher/agent/forkserver.py).
+  std::vector<std::string> forkserver_preload = {"torch", "torch.distributed"};
+  // Warm spares for programs that can wait warm (warm_pool.h).
+  bool warm_spares = true;
   std::string role = "default";
   bool module = false;
   bool no_python = false;

@@ -156,6 +156,28 @@ absl::Status ApplyStartMethod(const FlagValue& v, LaunchConfig* c) {
   return absl::OkStatus();
 }
 
+// A Python module name: dotted identifiers.
+bool IsModuleName(absl::string_view name) {
+  if (name.empty() || name.size() > 200) return false;
+  for (absl::string_view part : absl::StrSplit(name, '.')) {
+    if (part.empty() || absl::ascii_isdigit(part[0])) return false;
+    for (char ch : part) {
+      if (!absl::ascii_isalnum(ch) && ch != '_') return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ApplyForkserverPreload(const FlagValue& v, LaunchConfig* c) {
+  c->forkserver_preload.clear();
+  if (v.text.empty()) return absl::OkStatus();
+  for (absl::string_view m : absl::StrSplit(v.text, ',')) {
+    if (!IsModuleName(m)) return Bad(v.source, "comma-separated Python module names (e.g. torch,numpy)", v.text);
+    c->forkserver_preload.emplace_back(m);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyRole(const FlagValue& v, LaunchConfig* c) {
   if (v.text.empty() || v.text.size() > 64 || v.text.find_first_of(" \t\n/") != std::string::npos) {
     return Bad(v.source, "a non-empty name without spaces or '/' (at most 64 characters)", v.text);
@@ -282,8 +304,16 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
 
 void AddProgramFlags(std::vector<FlagSpec>* t) {
   t->push_back({"start_method", "--start_method,--start-method", "PET_START_METHOD",
-                "spawn|fork|forkserver: accepted for compatibility; workers are always exec'd", "spawn", false,
+                "spawn (exec each Python worker afresh), forkserver or fork (fork Python workers from a "
+                "per-node process that imported --forkserver_preload once)", "spawn", false,
                 "", ApplyStartMethod});
+  t->push_back({"forkserver_preload", "--forkserver_preload,--forkserver-preload", "PET_FORKSERVER_PRELOAD",
+                "comma-separated modules the forkserver imports before the first round (\"\": none)",
+                "torch,torch.distributed", false, "", ApplyForkserverPreload});
+  t->push_back({"warm_spares", "--warm_spares,--warm-spares", "PET_WARM_SPARES",
+                "true|false: keep one warm spare per local rank for programs that can wait warm (train), "
+                "so a restart hands it the new round instead of exec'ing", "true", false, "",
+                SwitchInto(&LaunchConfig::warm_spares)});
   t->push_back({"role", "--role", "PET_ROLE", "the workers' role name (default default)", "default", false, "",
                 ApplyRole});
   t->push_back({"module", "-m,--module", "PET_MODULE", "run the program as a Python module (python -m)",
