@@ -69,13 +69,17 @@ absl::Status Errno(absl::string_view what) {
 
 // Waits until `fd` is readable or `deadline`.
 absl::Status AwaitReadable(int fd, absl::Time deadline, absl::string_view what) {
-  for (;;) {
+  // At least one look, even at a deadline already past (a caller that only
+  // asks whether it is there yet).
+  for (bool first = true;; first = false) {
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
+    if (left <= absl::ZeroDuration() && !first) {
       return absl::DeadlineExceededError(absl::StrCat("no ", what, " from the warm process in time"));
     }
     pollfd p{fd, POLLIN, 0};
-    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    const int ms = left <= absl::ZeroDuration()
+                       ? 0
+                       : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     const int rc = poll(&p, 1, ms);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return Errno("poll");

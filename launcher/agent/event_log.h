@@ -19,6 +19,13 @@
 //                   restored_to_first_step_s, and total_s from the
 //                   failure's detection to every local worker's first step
 //                   (only for workers that send start-up events: train)
+//   spare_started   local_rank, pid (a warm spare: warm_pool.h)
+//   spare_ready     local_rank, pid (it said it waits, seen at a Wait)
+//   spare_lost      local_rank, pid, status (died or refused before use)
+//   warm_started    local_rank, pid, from (spare | forkserver): a worker
+//                   started warm
+//   warm_fallback   local_rank, from, reason: exec'd after all
+//   forkserver_started pid; forkserver_lost pid, status
 //   exit_barrier    round
 //   finished        exit_code, reason
 // The real log appends lines to a file (O_APPEND, one write each), and

@@ -2,6 +2,7 @@
 #include "launcher/agent/warm_pool.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -226,7 +227,35 @@ absl::StatusOr<pid_t> WarmPool::Start(const ProcessSpec& spec) {
   return inner_->Start(spec);
 }
 
+void WarmPool::CheckSpares() {
+  std::vector<int> refused;
+  for (auto& [lr, w] : spares_) {
+    if (w.ready) continue;
+    pollfd p{w.socket, POLLIN, 0};
+    if (poll(&p, 1, 0) != 1) continue;
+    absl::Status s = base::AwaitWarmReady(w.socket, absl::Now());
+    if (s.ok()) {
+      w.ready = true;
+      Event("spare_ready", {{"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}}});
+    } else {
+      spdlog::warn("the warm spare of local rank {} refused: {}", lr, s.ToString());
+      refused.push_back(lr);
+    }
+  }
+  for (int lr : refused) {
+    Event("spare_lost", {{"local_rank", int64_t{lr}}, {"pid", int64_t{spares_[lr].pid}}, {"status", std::string("refused")}});
+    Discard(spares_[lr]);
+    spares_.erase(lr);
+    if (++spare_losses_ > o_.max_losses) {
+      spares_off_ = true;
+    } else {
+      StartSpare(lr);
+    }
+  }
+}
+
 std::vector<ProcessEvent> WarmPool::Wait(absl::Time deadline) {
+  CheckSpares();
   std::vector<ProcessEvent> out;
   for (const ProcessEvent& e : inner_->Wait(deadline)) {
     if (e.kind != ProcessEvent::Kind::kExited) {

@@ -19,7 +19,8 @@
 // Whatever fails on the warm path, the worker is exec'd as without the
 // pool: a warm start is an optimisation, never a new way to fail. Spares'
 // and the forkserver's exits are the pool's business: Wait reports only the
-// rest. Events (event_log.h): spare_started, spare_lost, warm_started,
+// rest. Events (event_log.h): spare_started, spare_ready (seen at the next
+// Wait after the spare said so), spare_lost, warm_started,
 // forkserver_started, forkserver_lost, warm_fallback.
 #ifndef CPPTORCHRUN_LAUNCHER_WARM_POOL_H_
 #define CPPTORCHRUN_LAUNCHER_WARM_POOL_H_
@@ -109,6 +110,9 @@ class WarmPool final : public ProcessLauncher {
   // Readies `w` (waits for its "ready" up to ready_timeout); false, with a
   // warning naming `what`, when it is not.
   bool Ready(Warm& w, const std::string& what);
+  // Notes the spares that said ready since the last look (no waiting); a
+  // spare that said anything else is discarded and replaced.
+  void CheckSpares();
   absl::StatusOr<pid_t> FromSpare(const ProcessSpec& spec, int local_rank);
   absl::StatusOr<pid_t> FromForkserver(const ProcessSpec& spec);
   void Event(absl::string_view name, std::vector<EventField> fields);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -54,16 +55,20 @@ class WarmPoolTest : public ::testing::Test {
     return s;
   }
 
-  // Waits (bounded) for `pid`'s exit through `l`.
+  // Waits (bounded) for `pid`'s exit through `l`; exits of others seen on
+  // the way are kept for their turn.
   std::optional<ExitStatus> WaitExit(ProcessLauncher& l, pid_t pid) {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
+    while (exits_.count(pid) == 0 && absl::Now() < deadline) {
       for (const ProcessEvent& e : l.Wait(deadline)) {
-        if (e.kind == ProcessEvent::Kind::kExited && e.pid == pid) return e.status;
+        if (e.kind == ProcessEvent::Kind::kExited) exits_[e.pid] = e.status;
       }
     }
-    return std::nullopt;
+    auto it = exits_.find(pid);
+    if (it == exits_.end()) return std::nullopt;
+    return it->second;
   }
+  std::map<pid_t, ExitStatus> exits_;
 
   // Waits (bounded) until the event log has `n` events called `name`,
   // driving the pool's Wait meanwhile.
@@ -128,6 +133,8 @@ TEST_F(WarmPoolTest, ASpareThatDiesWhileWaitingIsReplaced) {
   WarmPool pool(inner_.get(), o);
   pool.PrepareNextStart();
   const pid_t first = pool.spares().at(0);
+  // Waiting: it said ready.
+  ASSERT_TRUE(WaitForEvents(pool, "spare_ready", 1));
   kill(first, SIGKILL);
   ASSERT_TRUE(WaitForEvents(pool, "spare_lost", 1));
   ASSERT_EQ(Count("spare_started"), 2);

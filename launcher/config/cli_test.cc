@@ -58,6 +58,20 @@ TEST(Cli, Torchrun2Flags) {
   EXPECT_NE(bad.status().message().find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), std::string::npos);
 }
 
+TEST(Cli, WarmStartFlags) {
+  LaunchConfig d = MustLaunch({"p.py"});
+  EXPECT_EQ(d.start_method, "spawn");
+  EXPECT_EQ(d.forkserver_preload, (std::vector<std::string>{"torch", "torch.distributed"}));
+  EXPECT_TRUE(d.warm_spares);
+  LaunchConfig c = MustLaunch({"--start-method", "forkserver", "--forkserver_preload", "torch,numpy.random,_my_mod",
+                               "--warm_spares", "false", "p.py"});
+  EXPECT_EQ(c.start_method, "forkserver");
+  EXPECT_EQ(c.forkserver_preload, (std::vector<std::string>{"torch", "numpy.random", "_my_mod"}));
+  EXPECT_FALSE(c.warm_spares);
+  EXPECT_TRUE(MustLaunch({"--forkserver_preload", "", "p.py"}).forkserver_preload.empty());
+  EXPECT_FALSE(MustLaunch({"p.py"}, {{"PET_WARM_SPARES", "0"}}).warm_spares);
+}
+
 TEST(Cli, UnknownRdzvConfKeysAreWarningsAsInTorchrun) {
   LaunchConfig c = MustLaunch({"--rdzv_conf=store_type=tcp,join_timeout=9", "p"});
   EXPECT_EQ(c.rdzv_conf.count("store_type"), 0u);
@@ -356,6 +370,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--monitor_interval=0", "p"}, {}, "--monitor_interval"},
         BadCase{{"--monitor_interval=nan", "p"}, {}, "--monitor_interval"},
         BadCase{{"--start_method=thread", "p"}, {}, "--start_method"},
+        BadCase{{"--forkserver_preload=torch;rm", "p"}, {}, "--forkserver_preload"},
+        BadCase{{"--forkserver_preload=torch,,numpy", "p"}, {}, "--forkserver_preload"},
+        BadCase{{"--forkserver_preload=9lives", "p"}, {}, "--forkserver_preload"},
+        BadCase{{"--warm_spares=maybe", "p"}, {}, "--warm_spares"},
         BadCase{{"--role", "", "p"}, {}, "--role"}, BadCase{{"--role=a b", "p"}, {}, "--role"},
         BadCase{{"-r", "4", "p"}, {}, "--redirects"}, BadCase{{"-r", "0:9", "p"}, {}, "--redirects"},
         BadCase{{"-r", "0:1,0:2", "p"}, {}, "--redirects"},
