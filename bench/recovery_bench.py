@@ -97,7 +97,10 @@ class LogWatch:
 
 def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
     """`kills` times: waits for a new checkpoint, kills a victim with
-    SIGKILL, and times the resume and the first step after it."""
+    SIGKILL, and times the resume and the first step after it. Returns each
+    kill's (kill, resumed, first step) in Unix seconds."""
+    wall = time.time() - time.monotonic()
+    kills_at = []
     for k in range(kills):
         token = checkpoint_token()
         harness.wait_for(lambda: checkpoint_token() != token or not alive(), 300, "a new checkpoint")
@@ -110,6 +113,24 @@ def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
         stepped = watch.wait(STEP, resumed - 1e-9, 120, "first step after kill %d (%s)" % (k + 1, name))
         res.add("recovery/%s/kill_to_resumed_ms" % name, (resumed - t0) * 1e3, "ms")
         res.add("recovery/%s/kill_to_first_step_ms" % name, (stepped - t0) * 1e3, "ms")
+        res.add("recovery/%s/resumed_to_first_step_ms" % name, (stepped - resumed) * 1e3, "ms")
+        kills_at.append((t0 + wall, resumed + wall, stepped + wall))
+    return kills_at
+
+
+def add_launcher_phases(res, name, log_dir, kills_at):
+    """For workers that send no start-up events (Python scripts): each
+    restart's launcher part from its `restart` event (detection to the new
+    workers started), the kill's detection before it, and the workers'
+    part after it (started to the resume line)."""
+    restarts = [e for e in jobs.named(jobs.events_in(log_dir), "restart") if e["cause"] == "worker_failed"]
+    for (killed, resumed, _stepped), e in zip(kills_at, restarts):
+        started = e["time"]
+        detected = started - e["total_s"]
+        res.add("recovery/%s/phase/kill_to_detected_ms" % name, (detected - killed) * 1e3, "ms")
+        for phase in ("detected_to_stopped_s", "stopped_to_joined_s", "joined_to_started_s"):
+            res.add("recovery/%s/phase/%s_ms" % (name, phase[:-2]), e[phase] * 1e3, "ms")
+        res.add("recovery/%s/phase/started_to_resumed_ms" % name, (resumed - started) * 1e3, "ms")
 
 
 RESTART_PHASES = ("detected_to_stopped_s", "stopped_to_joined_s", "joined_to_started_s",
@@ -229,10 +250,10 @@ def python_one_node(ctx, res, kills, start_method):
     p = spawn_logged(argv, log, env={"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHON_EXEC": PY})
     watch = LogWatch([log])
     try:
-        kill_and_time(res, name, kills, lambda: p.poll() is None,
-                      lambda: jobs.current_workers(jobs.events_in(logs), p.pid),
-                      file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
-        add_restart_phases(res, name, logs)
+        kills_at = kill_and_time(res, name, kills, lambda: p.poll() is None,
+                                 lambda: jobs.current_workers(jobs.events_in(logs), p.pid),
+                                 file_mtime(os.path.join(ckpt, "checkpoint.pt")), watch)
+        add_launcher_phases(res, name, logs, kills_at)
     finally:
         watch.close()
         stop(p)
