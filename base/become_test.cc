@@ -147,6 +147,26 @@ TEST(BecomeTest, ASilentWarmProcessTimesOut) {
   for (int fd : {sock[0], sock[1], p[0], p[1]}) close(fd);
 }
 
+// The largest request the protocol allows goes through one datagram.
+TEST(BecomeTest, ARequestNearTheLimitArrivesWhole) {
+  int sock[2];
+  ASSERT_TRUE(WarmSocketPair(sock).ok());
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  BecomeRequest r;
+  r.argv = {"x"};
+  r.env["BIG"] = std::string(kMaxBecomeBytes - 100, 'a');
+  ASSERT_LE(EncodeBecome(r).size(), kMaxBecomeBytes);
+  absl::StatusOr<pid_t> pid = RequestBecome(sock[0], r, p[1], p[1], absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(pid.status().code(), absl::StatusCode::kDeadlineExceeded) << pid.status();
+  absl::StatusOr<ReceivedBecome> got = ReceiveBecome(sock[1]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->request.env, r.env);
+  close(got->stdout_fd);
+  close(got->stderr_fd);
+  for (int fd : {sock[0], sock[1], p[0], p[1]}) close(fd);
+}
+
 TEST(BecomeTest, ARequestTooLargeIsRefusedBeforeSending) {
   int sock[2];
   ASSERT_TRUE(WarmSocketPair(sock).ok());

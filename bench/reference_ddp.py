@@ -5,7 +5,8 @@ NCCL (this machine has no GPU), run under torchrun.
 Same model (Linear(784, 512), ReLU, Linear(512, 10)), DDP, DistributedSampler
 with set_epoch, a DataLoader of batch 64, Adam 1e-3, cross-entropy; the same
 Fashion-MNIST IDX files as `train` (read with gzip + numpy instead of
-torchvision, scaled to [0, 1] as ToTensor does). Rank 0 writes the same
+torchvision, scaled to [0, 1] as ToTensor does; inflated copies cached
+as train caches them, --data_cache). Rank 0 writes the same
 figures as `train --metrics_json`: the job's samples/s over the training
 loop, and the t10k accuracy.
 
@@ -41,6 +42,7 @@ bytes_sent_per_step (rank 0's).
 import argparse
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import resource
@@ -56,20 +58,55 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
+def default_cache_dir():
+    """train's default (worker/data/data_file.h): $CPPTORCHRUN_CACHE_DIR, else
+    $XDG_CACHE_HOME/cpptorchrun, else ~/.cache/cpptorchrun; "" when none."""
+    if os.environ.get("CPPTORCHRUN_CACHE_DIR"):
+        return os.environ["CPPTORCHRUN_CACHE_DIR"]
+    if os.environ.get("XDG_CACHE_HOME"):
+        return os.path.join(os.environ["XDG_CACHE_HOME"], "cpptorchrun")
+    return os.path.join(os.environ["HOME"], ".cache", "cpptorchrun") if os.environ.get("HOME") else ""
+
+
+def read_file(path, cache_dir):
+    """The file's bytes, a gzip file inflated; as train does, through a cache
+    of inflated copies keyed by the file's identity (path, device, inode,
+    size, mtime), so a restarted worker does not inflate it again."""
+    if not path.endswith(".gz"):
+        with open(path, "rb") as f:
+            return f.read()
+    st = os.stat(path)
+    key = hashlib.sha256(("%s|%d|%d|%d|%d" % (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size,
+                                              st.st_mtime_ns)).encode()).hexdigest()[:32]
+    cached = os.path.join(cache_dir, "reference-%s.raw" % key) if cache_dir else ""
+    if cached and os.path.exists(cached):
+        with open(cached, "rb") as f:
+            return f.read()
+    with gzip.open(path, "rb") as f:
         data = f.read()
+    if cached:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            with open(cached + ".%d.tmp" % os.getpid(), "wb") as f:
+                f.write(data)
+            os.replace(cached + ".%d.tmp" % os.getpid(), cached)
+        except OSError:
+            pass  # best effort, as train's
+    return data
+
+
+def read_idx(path, cache_dir=""):
+    data = read_file(path, cache_dir)
     magic = int.from_bytes(data[0:4], "big")
     dims = magic & 0xFF
     shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def load(data_dir, split):
+def load(data_dir, split, cache_dir=""):
     prefix = "train" if split == "train" else "t10k"
-    images = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"))
+    images = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"), cache_dir)
+    labels = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"), cache_dir)
     x = torch.from_numpy(images.astype(np.float32) / 255.0).view(-1, 1, 28, 28)
     y = torch.from_numpy(labels.astype(np.int64))
     return TensorDataset(x, y)
@@ -79,6 +116,8 @@ def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--data_cache", default=default_cache_dir(),
+                        help="folder for inflated copies of the gzip files, as train's --data_cache")
     parser.add_argument("--metrics_json", default="")
     parser.add_argument("--limit", type=int, default=0, help="train on the first N samples (0: all)")
     parser.add_argument("--checkpoint_dir", default="")
@@ -249,7 +288,7 @@ def report(args, model, stats, rank, world_size, count):
     total = torch.tensor([stats.samples], dtype=torch.int64)
     dist.all_reduce(total)
     dist.all_reduce(cpu)
-    test = load(args.data_dir, "t10k")
+    test = load(args.data_dir, "t10k", args.data_cache)
     with torch.no_grad():
         predicted = model.module(test.tensors[0].view(-1, 784)).argmax(1)
         accuracy = (predicted == test.tensors[1]).float().mean().item()
@@ -279,7 +318,7 @@ def main():
     model = build_model(args.hidden, args.bucket_cap_mb)
     count = ByteCount()
     register_comm_hook(args, model, count)
-    dataset = load(args.data_dir, "train")
+    dataset = load(args.data_dir, "train", args.data_cache)
     if args.limit:
         dataset = torch.utils.data.Subset(dataset, range(min(args.limit, len(dataset))))
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)

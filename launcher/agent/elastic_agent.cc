@@ -159,6 +159,7 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
   ProcessSpec spec;
   spec.argv = o_.program_argv;
   spec.env = BuildWorkerEnv(EnvInputs(a, w->local_rank, restart_count, w->error_file));
+  spec.slot = w->local_rank;
   spec.stdout_sink = Sink(w->local_rank, w->rank, kStdOut, attempt_dir);
   spec.stderr_sink = Sink(w->local_rank, w->rank, kStdErr, attempt_dir);
   const size_t lr = static_cast<size_t>(w->local_rank);

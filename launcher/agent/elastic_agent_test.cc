@@ -195,6 +195,47 @@ TEST_F(AgentTest, TheWorkersStartUpPhasesCompleteTheRestartsBreakdown) {
   EXPECT_NEAR(last->total_to_first_step_s(), d("total_s"), 1e-6) << "the keep-alives carry it";
 }
 
+// Once every worker of a group made its first step and said it can wait
+// warm, the agent asks its process launcher to prepare the next start (warm
+// spares), once per group; workers that cannot wait warm get none.
+TEST_F(AgentTest, TheNextStartIsPreparedOnceTheGroupRunsWarmCapable) {
+  o_.max_restarts = 1;
+  int starts = 0;
+  absl::Time second_group;
+  processes_.on_start = [this, &starts, &second_group](FakeProcessLauncher& p,
+                                                       const FakeProcessLauncher::Started& s) {
+    ++starts;
+    EXPECT_EQ(s.spec.slot, std::stoi(s.spec.env.at("LOCAL_RANK"))) << "the slot is the local rank";
+    const int lr = s.spec.slot;
+    // The first group's workers can wait warm; the second's (the same
+    // program, say) do not say so.
+    const bool warm = starts <= 2;
+    if (starts == 3) second_group = s.time;
+    auto event = [this, lr, pid = s.pid, warm](agent::v1::WorkerEvent::Kind kind) {
+      return [this, lr, pid, kind, warm] {
+        agent::v1::WorkerEvent e;
+        e.set_local_rank(lr);
+        e.set_pid(pid);
+        e.set_kind(kind);
+        e.set_can_wait_warm(warm);
+        ASSERT_TRUE(board_.RecordEvent(e).ok());
+      };
+    };
+    p.CallAt(s.time + absl::Milliseconds(100), event(agent::v1::WorkerEvent::STARTED));
+    p.CallAt(s.time + absl::Seconds(1), event(agent::v1::WorkerEvent::COMMUNICATOR_READY));
+    // Local rank 1 makes its first step a second after local rank 0.
+    p.CallAt(s.time + absl::Seconds(2 + lr), event(agent::v1::WorkerEvent::FIRST_STEP));
+    if (starts == 2) p.ExitAt(s.pid, s.time + absl::Seconds(6), ExitStatus::Exited(4));
+    if (starts > 2) p.ExitAt(s.pid, s.time + absl::Seconds(6), ExitStatus::Exited(0));
+  };
+  ASSERT_EQ(Run().exit_code, 0);
+  const std::vector<absl::Time> prepared = processes_.prepared();
+  ASSERT_EQ(prepared.size(), 1u) << "once, for the first group only";
+  const absl::Time first_start = processes_.started().front().time;
+  EXPECT_EQ(prepared[0] - first_start, absl::Seconds(3)) << "when the last worker made its first step";
+  EXPECT_LT(prepared[0], second_group);
+}
+
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
   o_.max_restarts = 2;
   ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(3), /*only=*/1);

@@ -144,6 +144,16 @@ void FakeProcessLauncher::Wakeup() {
   ++wakeups_;
 }
 
+void FakeProcessLauncher::PrepareNextStart() {
+  absl::MutexLock lock(&mu_);
+  prepared_.push_back(clock_->Now());
+}
+
+std::vector<absl::Time> FakeProcessLauncher::prepared() const {
+  absl::MutexLock lock(&mu_);
+  return prepared_;
+}
+
 std::vector<FakeProcessLauncher::Started> FakeProcessLauncher::started() const {
   absl::MutexLock lock(&mu_);
   return started_;

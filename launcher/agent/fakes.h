@@ -43,6 +43,9 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::vector<ProcessEvent> Wait(absl::Time deadline) override;
   void Wakeup() override;
   void DrainOutput(absl::Time) override {}
+  void PrepareNextStart() override;
+  // How often the agent asked to prepare the next start, and when.
+  std::vector<absl::Time> prepared() const;
 
   // Scheduling.
   void ExitAt(pid_t pid, absl::Time t, ExitStatus status);
@@ -81,6 +84,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::set<pid_t> ignore_term_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<pid_t, int>> signals_ ABSL_GUARDED_BY(mu_);
   int wakeups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Time> prepared_ ABSL_GUARDED_BY(mu_);
 };
 
 // Ends when the test calls End. Thread-safe.

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/become.h"
 #include "base/files.h"
@@ -21,14 +20,6 @@ namespace {
 
 // How long the destructor waits for the warm processes it killed.
 constexpr absl::Duration kReapWait = absl::Seconds(5);
-
-// The spec's LOCAL_RANK; -1 when absent or not a number.
-int LocalRankOf(const ProcessSpec& spec) {
-  auto it = spec.env.find("LOCAL_RANK");
-  int lr = -1;
-  if (it == spec.env.end() || !absl::SimpleAtoi(it->second, &lr)) return -1;
-  return lr;
-}
 
 }  // namespace
 
@@ -105,9 +96,9 @@ void WarmPool::Discard(Warm& w) {
   w = Warm{};
 }
 
-bool WarmPool::Ready(Warm& w, const std::string& what) {
+bool WarmPool::Ready(Warm& w, const std::string& what, absl::Duration timeout) {
   if (w.ready) return true;
-  absl::Status s = base::AwaitWarmReady(w.socket, absl::Now() + o_.ready_timeout);
+  absl::Status s = base::AwaitWarmReady(w.socket, absl::Now() + timeout);
   if (!s.ok()) {
     if (absl::IsInternal(s)) {
       spdlog::error("{} refused: {}", what, std::string(s.message()));
@@ -160,7 +151,9 @@ void WarmPool::PrepareNextStart() {
 absl::StatusOr<pid_t> WarmPool::FromSpare(const ProcessSpec& spec, int local_rank) {
   Warm w = spares_[local_rank];
   spares_.erase(local_rank);
-  if (!Ready(w, absl::StrCat("the warm spare of local rank ", local_rank))) {
+  // A spare still loading may finish; one that takes longer than a
+  // hand-over may is given up (an exec would load just as long).
+  if (!Ready(w, absl::StrCat("the warm spare of local rank ", local_rank), o_.become_timeout)) {
     Discard(w);
     return absl::UnavailableError("spare not ready");
   }
@@ -185,7 +178,7 @@ absl::StatusOr<pid_t> WarmPool::FromSpare(const ProcessSpec& spec, int local_ran
 }
 
 absl::StatusOr<pid_t> WarmPool::FromForkserver(const ProcessSpec& spec) {
-  if (!Ready(forkserver_, "the forkserver")) {
+  if (!Ready(forkserver_, "the forkserver", o_.ready_timeout)) {
     Discard(forkserver_);
     forkserver_off_ = true;
     spdlog::warn("workers are spawned (--start_method spawn) from now on");
@@ -207,7 +200,7 @@ absl::StatusOr<pid_t> WarmPool::FromForkserver(const ProcessSpec& spec) {
 }
 
 absl::StatusOr<pid_t> WarmPool::Start(const ProcessSpec& spec) {
-  const int lr = LocalRankOf(spec);
+  const int lr = spec.slot;
   absl::StatusOr<pid_t> pid = absl::UnavailableError("no warm process");
   std::string from;
   if (lr >= 0 && spares_.count(lr) != 0) {

@@ -52,8 +52,8 @@ struct WarmPoolOptions {
   // The forkserver: how to start it (python -u forkserver.py MODULES...),
   // with base_env. Empty: none.
   std::vector<std::string> forkserver_argv;
-  // How long the forkserver's imports, and a spare's loading, may take
-  // before a start gives up on it; how long a hand-over may take.
+  // How long the forkserver's imports may take before a start gives up on
+  // it; how long a hand-over may take (a spare still loading included).
   absl::Duration ready_timeout = absl::Seconds(120);
   absl::Duration become_timeout = absl::Seconds(10);
   // Losses in a row (dying before use) after which the pool stops
@@ -107,9 +107,9 @@ class WarmPool final : public ProcessLauncher {
   // Stops a warm process the pool gives up on: SIGKILL to its group; its
   // exit is dropped by Wait.
   void Discard(Warm& w);
-  // Readies `w` (waits for its "ready" up to ready_timeout); false, with a
+  // Readies `w` (waits for its "ready" up to `timeout`); false, with a
   // warning naming `what`, when it is not.
-  bool Ready(Warm& w, const std::string& what);
+  bool Ready(Warm& w, const std::string& what, absl::Duration timeout);
   // Notes the spares that said ready since the last look (no waiting); a
   // spare that said anything else is discarded and replaced.
   void CheckSpares();

@@ -50,6 +50,7 @@ class WarmPoolTest : public ::testing::Test {
     ProcessSpec s;
     s.argv = {Helper(), "plain"};
     s.env = {{"MARK", mark}, {"LOCAL_RANK", absl::StrCat(local_rank)}, {"EXIT_CODE", absl::StrCat(exit_code)}};
+    s.slot = local_rank;
     s.stdout_sink = {"", -1, absl::StrCat(dir_, "/", mark, ".log")};
     s.stderr_sink = {"", -1, ""};
     return s;

@@ -50,6 +50,9 @@ struct ProcessSpec {
   // child before exec; best effort (a kernel that refuses leaves it unbound).
   std::vector<int> cpus;
   int memory_node = -1;
+  // The worker's local rank (its slot on this node, whatever LOCAL_RANK
+  // says under --virtual_local_rank), for warm pools; -1: not a worker.
+  int slot = -1;
   // A warm start (base/become.h): when >= 0, no fork and exec; the warm
   // process at the other end of this socket (a spare, the forkserver) is
   // sent the spec and answers with the pid of the process that is now the
