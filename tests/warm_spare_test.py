@@ -82,6 +82,9 @@ class WarmSpareTest(unittest.TestCase):
         self.assertRegex(self.text(), r"started in [\d.]+ s \(before main 0\.00 s, data 0\.00 s")
         done = self.events("restart_completed")
         self.assertEqual(len(done), 1)
+        # And the new group, once running, got its own spares.
+        after = [e for e in self.events("spare_started") if e["time"] >= done[0]["time"]]
+        self.assertEqual(sorted(e["local_rank"] for e in after), [0, 1], self.events("spare_started"))
 
     def test_without_warm_spares_restarts_exec(self):
         self.start("--warm_spares", "false")

@@ -171,6 +171,9 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
 void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
   workers_.clear();
   const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
+  // Each worker's slot is filled as it starts: a warm one may report before
+  // the next has started.
+  if (o_.progress != nullptr) o_.progress->Begin(o_.local_world_size);
   std::vector<int64_t> pids;
   for (int lr = 0; lr < o_.local_world_size; ++lr) {
     Worker w;
@@ -195,10 +198,10 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
     } else {
       w.pid = *pid;
     }
+    if (o_.progress != nullptr) o_.progress->SetWorker(lr, w.pid);
     pids.push_back(w.pid);
     workers_.push_back(std::move(w));
   }
-  if (o_.progress != nullptr) o_.progress->Reset(pids);
   spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt, restart_count);
 }
 

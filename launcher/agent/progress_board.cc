@@ -9,21 +9,51 @@
 namespace cpptorchrun::launcher {
 
 void ProgressBoard::Reset(const std::vector<int64_t>& pids) {
+  Begin(static_cast<int>(pids.size()));
+  for (size_t lr = 0; lr < pids.size(); ++lr) SetWorker(static_cast<int>(lr), pids[lr]);
+}
+
+void ProgressBoard::Begin(int local_world_size) {
   absl::MutexLock lock(&mu_);
-  pids_ = pids;
+  pids_.assign(static_cast<size_t>(std::max(local_world_size, 0)), 0);
   reports_.clear();
+  held_.clear();
   stop_requested_ = false;
+}
+
+void ProgressBoard::SetWorker(int local_rank, int64_t pid) {
+  absl::MutexLock lock(&mu_);
+  if (local_rank < 0 || local_rank >= static_cast<int>(pids_.size())) return;
+  pids_[local_rank] = pid;
+  auto it = held_.find(local_rank);
+  if (it != held_.end()) {
+    if (pid > 0 && it->second.heartbeat.pid() == pid) reports_[local_rank] = std::move(it->second);
+    held_.erase(it);
+  }
 }
 
 bool ProgressBoard::IsCurrent(int local_rank, int64_t pid) const {
   return local_rank >= 0 && local_rank < static_cast<int>(pids_.size()) && pids_[local_rank] == pid;
 }
 
+RankReport* ProgressBoard::Target(int local_rank, int64_t pid) {
+  if (pid <= 0 || local_rank < 0 || local_rank >= static_cast<int>(pids_.size())) return nullptr;
+  if (pids_[local_rank] == pid) return &reports_[local_rank];
+  if (pids_[local_rank] != 0) return nullptr;
+  RankReport& held = held_[local_rank];
+  if (held.heartbeat.pid() != pid) {
+    held = RankReport{};
+    held.heartbeat.set_pid(pid);
+  }
+  return &held;
+}
+
 bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  if (!IsCurrent(heartbeat.local_rank(), heartbeat.pid())) return false;
-  RankReport& r = reports_[heartbeat.local_rank()];
+  RankReport* target = Target(heartbeat.local_rank(), heartbeat.pid());
+  if (target == nullptr) return false;
+  RankReport& r = *target;
   r.heartbeat = heartbeat;
   r.last_heartbeat = now;
   return true;
@@ -38,11 +68,12 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
   const absl::Time now = clock_->Now();
   {
     absl::MutexLock lock(&mu_);
-    if (!IsCurrent(e.local_rank(), e.pid())) {
+    RankReport* target = Target(e.local_rank(), e.pid());
+    if (target == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("pid ", e.pid(), " is not the worker at local rank ", e.local_rank()));
     }
-    RankReport& r = reports_[e.local_rank()];
+    RankReport& r = *target;
     r.heartbeat.set_rank(e.rank());
     r.heartbeat.set_local_rank(e.local_rank());
     r.heartbeat.set_pid(e.pid());

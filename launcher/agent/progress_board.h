@@ -54,6 +54,13 @@ class ProgressBoard {
   // A new group: forgets all reports and any stop request; `pids[local_rank]`
   // are the workers.
   void Reset(const std::vector<int64_t>& pids);
+  // The same in two steps, for workers that report before the last of
+  // their group has started (a warm start answers in microseconds): Begin
+  // opens `local_world_size` slots; until SetWorker fills a slot, reports
+  // sent for it are held, and kept if they came from the pid it is filled
+  // with.
+  void Begin(int local_world_size);
+  void SetWorker(int local_rank, int64_t pid);
 
   // Records a heartbeat. Returns false (and records nothing) when its pid is
   // not the current worker at its local rank (a stale or foreign sender).
@@ -94,6 +101,10 @@ class ProgressBoard {
 
  private:
   bool IsCurrent(int local_rank, int64_t pid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a report from `pid` for `local_rank` goes: the current worker's,
+  // the held one of a slot not filled yet, or none (a stale or foreign
+  // sender).
+  RankReport* Target(int local_rank, int64_t pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   base::Clock* clock_;
   EventLog* events_;
@@ -104,6 +115,7 @@ class ProgressBoard {
   std::function<void()> on_startup_event_ ABSL_GUARDED_BY(on_event_mu_);
   std::vector<int64_t> pids_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::map<int, RankReport> held_ ABSL_GUARDED_BY(mu_);
   std::optional<rdzv::v1::RestartPhases> last_restart_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -42,6 +42,35 @@ TEST(ProgressBoard, IgnoresStaleSendersAndStampsTime) {
   EXPECT_TRUE(board.Snapshot().empty());
 }
 
+// A warm worker reports before the next of its group has started: its
+// slot holds the report until the launcher fills it, and keeps it only if
+// it came from the pid the slot is filled with.
+TEST(ProgressBoard, ReportsBeforeTheSlotIsFilledAreHeldForThatPid) {
+  base::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Begin(2);
+  agent::v1::WorkerEvent started;
+  started.set_kind(agent::v1::WorkerEvent::STARTED);
+  started.set_can_wait_warm(true);
+  started.set_local_rank(0);
+  started.set_pid(11);
+  EXPECT_TRUE(board.RecordEvent(started).ok());
+  started.set_local_rank(1);
+  started.set_pid(99);  // a sender that will not be the worker
+  EXPECT_TRUE(board.RecordEvent(started).ok());
+  EXPECT_FALSE(board.AllCanWaitWarm());
+  board.SetWorker(0, 11);
+  board.SetWorker(1, 12);
+  EXPECT_EQ(*board.LastHeartbeat(0), kT0) << "the held STARTED is the worker's";
+  EXPECT_FALSE(board.LastHeartbeat(1).has_value()) << "pid 99's report is dropped";
+  EXPECT_FALSE(board.AllCanWaitWarm());
+  started.set_pid(99);
+  EXPECT_EQ(board.RecordEvent(started).code(), absl::StatusCode::kFailedPrecondition) << "the slot is filled";
+  started.set_pid(12);
+  EXPECT_TRUE(board.RecordEvent(started).ok());
+  EXPECT_TRUE(board.AllCanWaitWarm());
+}
+
 TEST(ProgressBoard, EventsAreActedOn) {
   base::FakeClock clock(kT0);
   MemoryEventLog events;
