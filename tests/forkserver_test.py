@@ -147,6 +147,54 @@ class ForkserverTest(unittest.TestCase):
         self.assertEqual(len(jobs.named(events, "warm_fallback")), 1, events)
         self.assertEqual(len(self.probes(out)), 2)
 
+    def test_a_preload_that_initialised_cuda_is_refused(self):
+        out = jobs.work_dir(self, "cpt-fs-cuda-")
+        env_backup = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = SCRIPTS
+        try:
+            r, _, events = self.launch("forkserver", [os.path.join(SCRIPTS, "probe_worker.py")],
+                                       preload="torch,pretend_cuda", out=out)
+        finally:
+            if env_backup is None:
+                os.environ.pop("PYTHONPATH")
+            else:
+                os.environ["PYTHONPATH"] = env_backup
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertRegex(r.stderr, r"\[error\].*forkserver refused: preloading torch,pretend_cuda initialised CUDA")
+        self.assertEqual(jobs.named(events, "warm_started"), [])
+        self.assertEqual(len(self.probes(out)), 2, "the workers were spawned")
+
+    def test_a_killed_forkserver_is_restarted_and_forks_the_restarted_workers(self):
+        out = jobs.work_dir(self, "cpt-fs-restart-")
+        logs = os.path.join(out, "logs")
+        log = open(os.path.join(out, "launcher.log"), "wb")
+        p = subprocess.Popen([harness.binary(jobs.LAUNCHER), "--nproc_per_node=2", "--start_method", "forkserver",
+                              "--max_restarts=1", "--monitor_interval=0.1", "--log_dir", logs,
+                              os.path.join(SCRIPTS, "probe_worker.py"), "--out", out, "--sleep", "600"],
+                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHON_EXEC=PY))
+        log.close()
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        first = harness.wait_for(lambda: len(self.probes(out)) == 2 and self.probes(out), 120, "both workers")
+        server = jobs.named(jobs.events_in(logs), "forkserver_started")[0]["pid"]
+        os.kill(server, 9)
+        harness.wait_for(lambda: len(jobs.named(jobs.events_in(logs), "forkserver_started")) == 2, 60,
+                         "a new forkserver")
+        for name in list(first):
+            os.unlink(os.path.join(out, name))
+        os.kill(first["rank1.json"]["pid"], 9)
+        second = harness.wait_for(lambda: len(self.probes(out)) == 2 and self.probes(out), 120,
+                                  "the restarted workers")
+        events = jobs.events_in(logs)
+        self.assertEqual(len(jobs.named(events, "forkserver_lost", pid=server)), 1, events)
+        forked = [e["pid"] for e in jobs.named(events, "warm_started", **{"from": "forkserver"})]
+        self.assertEqual(len(forked), 4, events)
+        self.assertEqual(sorted(x["pid"] for x in second.values()), sorted(forked[2:]))
+        for x in second.values():
+            self.assertEqual(x["env"]["TORCHELASTIC_RESTART_COUNT"], "1")
+            self.assertEqual(x["ppid"], p.pid)
+        p.kill()
+        p.wait()
+
     def test_bad_preload_names_the_flag(self):
         r = subprocess.run([harness.binary(jobs.LAUNCHER), "--start_method", "forkserver",
                             "--forkserver_preload", "torch;rm -rf", "x.py"], capture_output=True, text=True,
