@@ -294,6 +294,11 @@ absl::Status SendWarmMessage(int fd, absl::string_view message) {
   }
 }
 
+absl::Status AnswerBecome(int fd, const absl::Status& applied) {
+  return SendWarmMessage(fd, EncodeBecomeAnswer(applied.ok() ? absl::StatusOr<pid_t>(getpid())
+                                                             : absl::StatusOr<pid_t>(applied)));
+}
+
 absl::Status ApplyBecome(ReceivedBecome& received) {
   const BecomeRequest& r = received.request;
   if (clearenv() != 0) return absl::InternalError("clearenv failed");

@@ -87,6 +87,9 @@ struct ReceivedBecome {
 absl::StatusOr<ReceivedBecome> ReceiveBecome(int fd);
 // Warm side: sends one message ("ready", an answer).
 absl::Status SendWarmMessage(int fd, absl::string_view message);
+// Warm side, in the process that became the worker: the answer, "ok
+// <this pid>", or the error `applied` (ApplyBecome's result).
+absl::Status AnswerBecome(int fd, const absl::Status& applied);
 // Warm side, in the process that becomes the worker: the environment
 // replaced, the cwd, stdout and stderr on the received fds (closed after),
 // its CPUs and memory node (best effort, as at exec). Errors name the step.

@@ -290,8 +290,7 @@ std::optional<Data> WaitWarm(const Flags& flags, int fd, int* exit_code) {
     return std::nullopt;
   }
   absl::Status applied = base::ApplyBecome(*got);
-  (void)base::SendWarmMessage(fd, base::EncodeBecomeAnswer(applied.ok() ? absl::StatusOr<pid_t>(::getpid())
-                                                                       : absl::StatusOr<pid_t>(applied)));
+  (void)base::AnswerBecome(fd, applied);
   ::close(fd);
   if (!applied.ok()) {
     *exit_code = 1;

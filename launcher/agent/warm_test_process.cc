@@ -34,8 +34,7 @@ namespace b = cpptorchrun::base;
   absl::StatusOr<b::ReceivedBecome> got = b::ReceiveBecome(b::kWarmFd);
   if (!got.ok()) _exit(3);
   absl::Status applied = b::ApplyBecome(*got);
-  (void)b::SendWarmMessage(b::kWarmFd, b::EncodeBecomeAnswer(applied.ok() ? absl::StatusOr<pid_t>(getpid())
-                                                                         : absl::StatusOr<pid_t>(applied)));
+  (void)b::AnswerBecome(b::kWarmFd, applied);
   close(b::kWarmFd);
   BeWorker("warm");
 }
@@ -53,8 +52,7 @@ namespace b = cpptorchrun::base;
       if (getppid() != got->request.launcher_pid) _exit(126);
       setpgid(0, 0);
       absl::Status applied = b::ApplyBecome(*got);
-      (void)b::SendWarmMessage(b::kWarmFd, b::EncodeBecomeAnswer(applied.ok() ? absl::StatusOr<pid_t>(getpid())
-                                                                             : absl::StatusOr<pid_t>(applied)));
+      (void)b::AnswerBecome(b::kWarmFd, applied);
       close(b::kWarmFd);
       BeWorker("forked");
     }
