@@ -1,6 +1,7 @@
 // The Store contract (waiting reads, counters, compare-and-set, deletion,
-// timeouts), run on every implementation: the in-memory store and the gRPC
-// store over a loopback rendezvous server.
+// timeouts), run on every implementation: the in-memory store, the gRPC
+// store over a loopback rendezvous server, and the etcd store (on the
+// in-memory Kv, and on a real 3-member etcd cluster on loopback ports).
 #include <optional>
 #include <string>
 #include <thread>
@@ -12,20 +13,45 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "base/clock.h"
 #include "rendezvous/client.h"
+#include "rendezvous/etcd/etcd_cluster.h"
+#include "rendezvous/etcd/etcd_kv.h"
+#include "rendezvous/etcd/in_memory_kv.h"
+#include "rendezvous/etcd/kv_store.h"
 #include "rendezvous/server.h"
 #include "rendezvous/store.h"
 
 namespace cpptorchrun::rdzv {
 namespace {
 
-enum class Backend { kInMemory, kGrpc };
+enum class Backend { kInMemory, kGrpc, kEtcdInMemory, kEtcd };
 
 class StoreTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
     if (GetParam() == Backend::kInMemory) {
       store_ = NewInMemoryStore();
+      return;
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string scope = absl::StrCat("/store-test/", info->name(), "/");
+    if (GetParam() == Backend::kEtcdInMemory) {
+      kv_ = etcd::NewInMemoryKv(&clock_);
+      store_ = etcd::NewKvStore(kv_.get(), scope);
+      return;
+    }
+    if (GetParam() == Backend::kEtcd) {
+      std::string why_not;
+      etcd::EtcdCluster* cluster = etcd::EtcdCluster::Shared(&why_not);
+      if (cluster == nullptr) GTEST_SKIP() << "no etcd cluster: " << why_not;
+      etcd::EtcdOptions options;
+      options.endpoints = cluster->Endpoints();
+      auto kv = etcd::NewEtcdKv(options);
+      ASSERT_TRUE(kv.ok()) << kv.status();
+      kv_ = std::move(*kv);
+      ASSERT_TRUE(kv_->DeletePrefix(scope).ok());
+      store_ = etcd::NewKvStore(kv_.get(), scope);
       return;
     }
     auto server = RendezvousServer::Start(ServerOptions());
@@ -37,6 +63,8 @@ class StoreTest : public ::testing::TestWithParam<Backend> {
     store_ = client_->OpenStore("store-test", 1);
   }
 
+  base::FakeClock clock_;
+  std::unique_ptr<etcd::Kv> kv_;
   std::unique_ptr<RendezvousServer> server_;
   std::unique_ptr<RendezvousClient> client_;
   std::unique_ptr<Store> store_;
@@ -205,9 +233,16 @@ TEST_P(StoreTest, RanksSettingTheirOwnKeyThenMultiGetBothSeeBoth) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,
-                         ::testing::Values(Backend::kInMemory, Backend::kGrpc),
+                         ::testing::Values(Backend::kInMemory, Backend::kGrpc,
+                                           Backend::kEtcdInMemory, Backend::kEtcd),
                          [](const ::testing::TestParamInfo<Backend>& info) {
-                           return info.param == Backend::kInMemory ? "InMemory" : "Grpc";
+                           switch (info.param) {
+                             case Backend::kInMemory: return "InMemory";
+                             case Backend::kGrpc: return "Grpc";
+                             case Backend::kEtcdInMemory: return "EtcdOnInMemoryKv";
+                             case Backend::kEtcd: return "Etcd";
+                           }
+                           return "Unknown";
                          });
 
 }  // namespace

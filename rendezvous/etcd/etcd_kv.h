@@ -1,0 +1,56 @@
+// NewEtcdKv: the Kv interface over a real etcd cluster's v3 gRPC API (the
+// KV, Lease and Watch services, compiled from etcd's own .proto files), one
+// channel per member, failing over between them.
+//
+// Failover: a call that a member answers UNAVAILABLE (down, unreachable, or
+// without a leader: etcd's "no leader" and "request timed out" come as
+// UNAVAILABLE) is sent to the next member, every member tried at most
+// twice within the call's deadline, with a short backoff between passes.
+// A call that ran out of its deadline is tried again elsewhere only when it
+// is a read (Get, GetPrefix, Watch) or a lease renewal: a write that may
+// have been applied is answered DEADLINE_EXCEEDED, and its caller rereads
+// (the rendezvous's writes are transactions on a revision, so a write that
+// did land makes the retried comparison fail, never apply twice). Members
+// the client last found working are tried first.
+//
+// Watches carry etcd's "hasleader" metadata, so that a member cut off from
+// its cluster ends the watch (and the client moves on) instead of holding
+// it silently.
+#ifndef CPPTORCHRUN_RENDEZVOUS_ETCD_ETCD_KV_H_
+#define CPPTORCHRUN_RENDEZVOUS_ETCD_ETCD_KV_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rendezvous/etcd/kv.h"
+
+namespace cpptorchrun::rdzv::etcd {
+
+struct EtcdOptions {
+  // The cluster's members, host:port each (a bracketed IPv6 host is fine).
+  std::vector<std::string> endpoints;
+  // The deadline of one call, every member it tries included (Watch: on top
+  // of its own timeout).
+  absl::Duration call_timeout = absl::Seconds(5);
+};
+
+// etcd's client port, for an endpoint given without one.
+inline constexpr int kDefaultEtcdPort = 2379;
+
+// Parses "host[:port],host[:port],..." (rendezvous/endpoint.h's rule for each
+// entry, blanks around entries ignored, port kDefaultEtcdPort when absent)
+// into gRPC targets. Errors name the entry that is wrong: empty, malformed,
+// port 0, a duplicate.
+absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& text);
+
+// Errors: no endpoints, a malformed one (as ParseEtcdEndpoints), a
+// call_timeout that is not positive. Connecting is lazy: an unreachable
+// cluster shows in the first call, which names every member it tried.
+absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options);
+
+}  // namespace cpptorchrun::rdzv::etcd
+
+#endif  // CPPTORCHRUN_RENDEZVOUS_ETCD_ETCD_KV_H_
