@@ -296,8 +296,8 @@ TEST(EtcdEndpointsTest, ParsesAListAndNamesTheBadEntry) {
 }
 
 TEST(EtcdKvTest, AClusterThatIsDownIsUnavailableNamingEveryMember) {
-  // Two loopback ports that nothing listens on (the kernel just gave them
-  // out and they were closed again: a tiny race, never another host).
+  // Loopback ports 1 and 2: privileged, and nothing here listens on them
+  // (never another host).
   if (EtcdCluster::Binary().empty()) GTEST_SKIP() << "etcd is not installed";
   EtcdOptions options;
   options.endpoints = {"127.0.0.1:1", "127.0.0.1:2"};
