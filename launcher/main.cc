@@ -448,6 +448,37 @@ int ExitCodeFor(const absl::Status& status) {
   return 1;
 }
 
+// Warm starts (launcher/agent/warm_pool.h): Python workers forked from
+// the forkserver under --start_method forkserver|fork, warm spares for
+// programs that say they can wait warm (train).
+WarmPoolOptions WarmPoolOptionsFor(const LaunchConfig& c, const LocalPlan& plan,
+                                   const std::map<std::string, std::string>& env, const AgentOptions& o,
+                                   EventLog* event_sink, const std::string& private_dir) {
+  WarmPoolOptions wo;
+  wo.spares = c.warm_spares;
+  wo.program_argv = plan.argv;
+  wo.base_env = env;
+  // Which job a warm process belongs to, for operators (ps e) and sweeps:
+  // the round's environment replaces all of it at the hand-over.
+  wo.base_env["TORCHELASTIC_RUN_ID"] = c.rdzv_id;
+  wo.local_world_size = plan.nproc;
+  wo.cpus = o.worker_cpus;
+  wo.memory_node = o.worker_memory_node;
+  wo.events = event_sink;
+  if (c.start_method != "spawn") {
+    if (ModeOf(c) == ProgramMode::kExecutable) {
+      spdlog::info("--start_method {}: {} is not run by python; its workers are exec'd", c.start_method,
+                   c.training_script);
+    } else if (auto path = WriteForkserver(private_dir); path.ok()) {
+      wo.forkserver_argv = {plan.argv[0], "-u", *path};
+      wo.forkserver_argv.insert(wo.forkserver_argv.end(), c.forkserver_preload.begin(), c.forkserver_preload.end());
+    } else {
+      spdlog::warn("no forkserver ({}): workers are spawned", path.status().ToString());
+    }
+  }
+  return wo;
+}
+
 int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   // torchrun names a --standalone run with a fresh UUID (an explicit
   // --rdzv_id is kept here, where torchrun would ignore it).
@@ -498,32 +529,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
   auto monitor = NewRoundMonitor(mo);
 
-  // Warm starts (launcher/agent/warm_pool.h): Python workers forked from
-  // the forkserver under --start_method forkserver|fork, warm spares for
-  // programs that say they can wait warm (train).
-  WarmPoolOptions wo;
-  wo.spares = c.warm_spares;
-  wo.program_argv = plan->argv;
-  wo.base_env = env;
-  // Which job a warm process belongs to, for operators (ps e) and sweeps:
-  // the round's environment replaces all of it at the hand-over.
-  wo.base_env["TORCHELASTIC_RUN_ID"] = c.rdzv_id;
-  wo.local_world_size = plan->nproc;
-  wo.cpus = o.worker_cpus;
-  wo.memory_node = o.worker_memory_node;
-  wo.events = event_sink;
-  if (c.start_method != "spawn") {
-    if (ModeOf(c) == ProgramMode::kExecutable) {
-      spdlog::info("--start_method {}: {} is not run by python; its workers are exec'd", c.start_method,
-                   c.training_script);
-    } else if (auto path = WriteForkserver((*run_dir)->private_dir()); path.ok()) {
-      wo.forkserver_argv = {plan->argv[0], "-u", *path};
-      wo.forkserver_argv.insert(wo.forkserver_argv.end(), c.forkserver_preload.begin(), c.forkserver_preload.end());
-    } else {
-      spdlog::warn("no forkserver ({}): workers are spawned", path.status().ToString());
-    }
-  }
-  WarmPool pool(processes->get(), wo);
+  WarmPool pool(processes->get(), WarmPoolOptionsFor(c, *plan, env, o, event_sink, (*run_dir)->private_dir()));
   pool.Begin();
 
   o.clock = base::RealClock();
