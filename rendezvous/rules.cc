@@ -373,6 +373,39 @@ std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::st
   return a;
 }
 
+void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
+                   v1::RunStatusResponse* response) {
+  response->set_run_id(state.run_id);
+  *response->mutable_options() = RoundOptionsToProto(state.options);
+  response->set_round(state.active_round);
+  response->set_version(state.version);
+  response->set_closed_reason(state.closed_reason);
+  response->set_state(state.closed                                      ? v1::RunStatusResponse::CLOSED
+                      : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE
+                                                                        : v1::RunStatusResponse::FORMING);
+  for (const ParticipantState& p : state.participants) {
+    if (static_cast<size_t>(response->nodes_size()) >= max_nodes) break;
+    v1::NodeStatus* node = response->add_nodes();
+    *node->mutable_participant() = p.participant;
+    node->set_heartbeat_age_ms(
+        p.last_heard == absl::InfinitePast() ? -1 : absl::ToInt64Milliseconds(now - p.last_heard));
+    node->set_restart_count(p.restart_count);
+    for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
+    if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
+  }
+  for (const std::vector<Joiner>* waiting : {&state.joiners, &state.spares}) {
+    for (const Joiner& j : *waiting) {
+      if (static_cast<size_t>(response->waiting_size()) >= max_nodes) break;
+      *response->add_waiting() = j.node;
+    }
+  }
+}
+
+void Reindex(RunState* state) {
+  ReindexJoiners(state);
+  ReindexParticipants(state);
+}
+
 void CompleteRound(absl::Time now, RunState* state) {
   // At most max_nodes nodes, and a world size that fits int32: the previous
   // round's participants first (survivors keep their place), then the

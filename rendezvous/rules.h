@@ -181,7 +181,18 @@ std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::st
 // participants of the latest round (newcomers).
 int WaitingNodes(const RunState& state);
 
+// The run's status as RunStatus answers it, from the state alone: options,
+// round, state, version, closed reason, the participants (heartbeat ages
+// from `now`) and the waiting nodes, at most `max_nodes` of each. The
+// caller adds what is not the run's (the server's store figures).
+void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
+                   v1::RunStatusResponse* response);
+
 // --- transitions (deterministic; `now` is passed in) -------------------------
+
+// Rebuilds the node-id indexes of a state whose lists were filled in
+// directly (a state read back from etcd, rendezvous/etcd/run_record.h).
+void Reindex(RunState* state);
 
 struct JoinResult {
   enum class Outcome { kPending, kSpare, kComplete } outcome = Outcome::kPending;

@@ -851,32 +851,9 @@ absl::Status RendezvousService::FillRunStatus(const v1::RunStatusRequest& reques
     response->set_closed_reason(closed->second);
     return absl::OkStatus();
   }
-  const RunState& state = it->second->state;
-  absl::Time now = options_.clock->Now();
-  *response->mutable_options() = RoundOptionsToProto(state.options);
-  response->set_round(state.active_round);
-  response->set_version(state.version);
+  ::cpptorchrun::rdzv::FillRunStatus(options_.clock->Now(), it->second->state, max_nodes, response);
   response->set_server_store_bytes(store_bytes_);
   response->set_server_store_budget(options_.limits.max_store_bytes);
-  response->set_closed_reason(state.closed_reason);
-  response->set_state(state.closed                                      ? v1::RunStatusResponse::CLOSED
-                      : (state.active_round > 0 && !state.active_ended) ? v1::RunStatusResponse::ACTIVE
-                                                                        : v1::RunStatusResponse::FORMING);
-  for (const ParticipantState& p : state.participants) {
-    if (static_cast<size_t>(response->nodes_size()) >= max_nodes) break;
-    v1::NodeStatus* node = response->add_nodes();
-    *node->mutable_participant() = p.participant;
-    node->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - p.last_heard));
-    node->set_restart_count(p.restart_count);
-    for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
-    if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
-  }
-  for (const std::vector<Joiner>* waiting : {&state.joiners, &state.spares}) {
-    for (const Joiner& j : *waiting) {
-      if (static_cast<size_t>(response->waiting_size()) >= max_nodes) break;
-      *response->add_waiting() = j.node;
-    }
-  }
   return absl::OkStatus();
 }
 
