@@ -38,6 +38,7 @@
 #include "launcher/workers/run_dir.h"
 #include "launcher/agent/warm_pool.h"
 #include "rendezvous/client.h"
+#include "rendezvous/connect.h"
 #include "base/clock.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/server.h"
@@ -315,6 +316,18 @@ absl::Status ServeIfHosting(const LaunchConfig& c, const LocalPlan& plan, const 
 
 absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const LocalPlan& plan, const LocalHost& local,
                                                const std::vector<std::string>& endpoint_addresses) {
+  if (c.rdzv_backend == RdzvBackend::kEtcd) {
+    // No server to host or find: every node applies the round rules on etcd.
+    RendezvousSide side;
+    side.endpoint = c.rdzv_target;
+    rdzv::ClientOptions co;
+    co.endpoint = side.endpoint;
+    absl::StatusOr<std::unique_ptr<rdzv::RendezvousClient>> client = rdzv::CreateRendezvousClient(co);
+    if (!client.ok()) return client.status();
+    side.client = std::move(*client);
+    spdlog::info("rendezvous on etcd: {}", side.endpoint);
+    return side;
+  }
   const HostingDecision hosting = DecideHostingFor(c, local, endpoint_addresses);
   RendezvousSide side;
   side.loopback_embed = hosting.hosting == Hosting::kEmbedded;

@@ -22,6 +22,7 @@
 #include "base/become.h"
 #include "base/token.h"
 #include "rendezvous/client.h"
+#include "rendezvous/connect.h"
 #include "rendezvous/store.h"
 #include "worker/comm/backend.h"
 #include "worker/comm/comm.h"
@@ -90,7 +91,9 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
     if (!token.ok()) return token.status();
     options.token = *token;
   }
-  *client = rdzv::NewGrpcRendezvousClient(options);
+  absl::StatusOr<std::unique_ptr<rdzv::RendezvousClient>> created = rdzv::CreateRendezvousClient(options);
+  if (!created.ok()) return created.status();
+  *client = *std::move(created);
   std::unique_ptr<rdzv::Store> store = (*client)->OpenStore(env.run_id, env.rdzv_round);
   if (store == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot open the store of run ", env.run_id,

@@ -34,7 +34,8 @@ absl::StatusOr<rdzv::Endpoint> ParseEndpointFlag(const std::string& text, int de
 
 enum class NprocKind { kCount, kGpu, kCpu, kAuto };
 
-enum class RdzvBackend { kStatic, kC10d };
+// kEtcd: the round rules on an etcd cluster (rendezvous/etcd/), no server.
+enum class RdzvBackend { kStatic, kC10d, kEtcd };
 
 // How the training program is run.
 enum class ProgramMode {
@@ -57,6 +58,12 @@ struct LaunchConfig {
   // Static multi-node without --rdzv_endpoint: the endpoint is
   // --master_addr:--master_port, and node rank 0 serves the rendezvous there.
   bool rdzv_endpoint_from_master = false;
+  // --rdzv_endpoint as given (an etcd member list is parsed once the
+  // backend is known), and with --rdzv_backend etcd the whole target
+  // (rendezvous/connect.h: etcd://members/prefix); rdzv_endpoint is then the
+  // first member (the address this node reaches the rendezvous by).
+  std::string rdzv_endpoint_text;
+  std::string rdzv_target;
   std::string rdzv_id = "none";
   bool rdzv_id_given = false;  // on the command line or in PET_RDZV_ID
   std::map<std::string, std::string> rdzv_conf;

@@ -26,6 +26,8 @@ const std::map<std::string, ConfKind>& ConfKeys() {
       // that serves the endpoint serves it with cert and key.
       {"cacert", ConfKind::kString},          {"cert", ConfKind::kString},
       {"key", ConfKind::kString},
+      // --rdzv_backend etcd: the run's keys live under this prefix.
+      {"prefix", ConfKind::kString},
   };
   return *keys;
 }

@@ -13,6 +13,8 @@
 #include "base/signals.h"
 #include "launcher/config/flag_values.h"
 #include "launcher/config/numa.h"
+#include "rendezvous/connect.h"
+#include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -119,14 +121,25 @@ absl::Status ApplyBackend(const FlagValue& v, LaunchConfig* c) {
     c->rdzv_backend = RdzvBackend::kC10d;
   } else if (v.text == "static") {
     c->rdzv_backend = RdzvBackend::kStatic;
+  } else if (v.text == "etcd" || v.text == "etcd-v2") {
+    c->rdzv_backend = RdzvBackend::kEtcd;
+    if (v.text == "etcd-v2") {
+      c->notes.push_back(absl::StrCat(v.source, " etcd-v2: taken as etcd; cpptorchrun speaks etcd's v3 API (etcd 3.4 and later)"));
+    }
   } else {
-    return Bad(v.source, "c10d (the gRPC rendezvous) or static", v.text);
+    return Bad(v.source, "c10d (the gRPC rendezvous), etcd (an etcd cluster, v3 API; etcd-v2 is a synonym) or static", v.text);
   }
   return absl::OkStatus();
 }
 
 absl::Status ApplyEndpoint(const FlagValue& v, LaunchConfig* c) {
   if (v.text.empty()) return absl::OkStatus();
+  c->rdzv_endpoint_text = v.text;
+  // A member list (etcd's) is parsed when the backend is known.
+  if (v.text.find(',') != std::string::npos) {
+    c->has_rdzv_endpoint = true;
+    return absl::OkStatus();
+  }
   absl::StatusOr<rdzv::Endpoint> endpoint = ParseEndpointFlag(v.text, kDefaultC10dPort, v.source);
   if (!endpoint.ok()) return endpoint.status();
   c->rdzv_endpoint = *endpoint;
@@ -282,9 +295,11 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
                 "this node's rank with the static backend (default 0)", "0", false, "",
                 IntInto(&LaunchConfig::node_rank, 0, 1 << 20, "an integer >= 0")});
   t->push_back({"rdzv_backend", "--rdzv_backend,--rdzv-backend", "PET_RDZV_BACKEND",
-                "c10d (the gRPC rendezvous) or static (default static)", "static", false, "", ApplyBackend});
+                "c10d (the gRPC rendezvous), etcd (an etcd cluster; etcd-v2 a synonym) or static (default static)",
+                "static", false, "", ApplyBackend});
   t->push_back({"rdzv_endpoint", "--rdzv_endpoint,--rdzv-endpoint", "PET_RDZV_ENDPOINT",
-                "rendezvous service HOST[:PORT], [IPV6]:PORT", "", false, "", ApplyEndpoint});
+                "rendezvous service HOST[:PORT], [IPV6]:PORT; with etcd: its members, HOST[:PORT],...", "", false,
+                "", ApplyEndpoint});
   t->push_back({"rdzv_id", "--rdzv_id,--rdzv-id", "PET_RDZV_ID", "the job's run id (default none)", "none",
                 false, "", ApplyRunId});
   t->push_back({"rdzv_conf", "--rdzv_conf,--rdzv-conf", "PET_RDZV_CONF",
@@ -405,6 +420,36 @@ absl::Status CheckProgramKind(const LaunchConfig& c) {
   return absl::OkStatus();
 }
 
+// With --rdzv_backend etcd: the member list and --rdzv_conf prefix as one
+// target (rendezvous/connect.h); rdzv_endpoint becomes the first member. A
+// list without etcd is refused.
+absl::Status ResolveEtcdTarget(LaunchConfig* c) {
+  if (c->rdzv_backend != RdzvBackend::kEtcd) {
+    if (c->rdzv_endpoint_text.find(',') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: a list (", c->rdzv_endpoint_text,
+                                                     ") is for --rdzv_backend=etcd; the c10d rendezvous has one address"));
+    }
+    if (c->rdzv_conf.count("prefix") > 0) {
+      return absl::InvalidArgumentError("--rdzv_conf prefix: is etcd's key prefix; it needs --rdzv_backend=etcd");
+    }
+    return absl::OkStatus();
+  }
+  if (!c->has_rdzv_endpoint) return absl::OkStatus();  // CheckNodes names it
+  std::string prefix = "";
+  if (auto it = c->rdzv_conf.find("prefix"); it != c->rdzv_conf.end()) prefix = it->second;
+  if (!prefix.empty() && prefix[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf prefix: expected a key prefix starting with '/'; got '", prefix, "'"));
+  }
+  absl::StatusOr<rdzv::RendezvousTarget> target =
+      rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, c->rdzv_endpoint_text, prefix));
+  if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", target.status().message()));
+  absl::StatusOr<rdzv::Endpoint> first = rdzv::ParseEndpoint(target->etcd_members[0]);
+  if (!first.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", first.status().message()));
+  c->rdzv_endpoint = *first;
+  c->rdzv_target = rdzv::FormatRendezvousTarget(*target);
+  return absl::OkStatus();
+}
+
 absl::Status CheckNodes(const LaunchConfig& c) {
   if (c.rdzv_backend == RdzvBackend::kStatic) {
     if (c.min_nodes != c.max_nodes) {
@@ -421,6 +466,9 @@ absl::Status CheckNodes(const LaunchConfig& c) {
         "--rdzv_endpoint: port 0 (a free port picked by this node) works for a single node only "
         "(--nnodes=1): other nodes could not find it; got --nnodes=",
         c.min_nodes, ":", c.max_nodes));
+  }
+  if (c.rdzv_backend == RdzvBackend::kEtcd && !c.has_rdzv_endpoint) {
+    return absl::InvalidArgumentError("--rdzv_endpoint: required with --rdzv_backend=etcd (the etcd members, HOST[:PORT],...)");
   }
   if (c.max_nodes > 1 && !c.has_rdzv_endpoint && c.rdzv_backend == RdzvBackend::kC10d) {
     return absl::InvalidArgumentError("--rdzv_endpoint: required with --rdzv_backend=c10d and more than one node");
@@ -444,6 +492,11 @@ const std::vector<FlagSpec>& LaunchFlags() {
 
 absl::Status CheckCombinations(LaunchConfig* c) {
   if (absl::Status s = CheckProgramKind(*c); !s.ok()) return s;
+  if (c->standalone && c->rdzv_backend == RdzvBackend::kEtcd) {
+    return absl::InvalidArgumentError(
+        "--standalone and --rdzv_backend=etcd: not both (--standalone embeds its own rendezvous)");
+  }
+  if (absl::Status s = ResolveEtcdTarget(c); !s.ok()) return s;
   if (c->standalone) {
     if (c->max_nodes != 1) {
       return absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -27,7 +28,7 @@ namespace {
 
 // Ports the kernel picks, each held bound until all are picked, so that no
 // two are the same.
-absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
+absl::StatusOr<std::vector<int>> FreePorts(const std::string& host, int n) {
   std::vector<int> fds, ports;
   absl::Status error;
   for (int i = 0; i < n && error.ok(); ++i) {
@@ -39,11 +40,14 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
     fds.push_back(fd);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+      error = absl::InvalidArgumentError(absl::StrCat("etcd cluster host '", host, "': not an IPv4 address"));
+      break;
+    }
     socklen_t len = sizeof(addr);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
         getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      error = absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", strerror(errno)));
+      error = absl::InternalError(absl::StrCat("bind ", host, ":0: ", strerror(errno)));
       break;
     }
     ports.push_back(ntohs(addr.sin_port));
@@ -53,7 +57,6 @@ absl::StatusOr<std::vector<int>> FreeLoopbackPorts(int n) {
   return ports;
 }
 
-std::string Url(int port) { return absl::StrCat("http://127.0.0.1:", port); }
 
 void StopPid(pid_t pid, absl::Duration grace) {
   if (pid <= 0) return;
@@ -83,14 +86,16 @@ std::string EtcdCluster::Binary() {
 }
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members, const std::string& dir,
-                                                                 absl::Duration ready_timeout) {
+                                                                 absl::Duration ready_timeout,
+                                                                 const std::string& host) {
   if (members < 1) return absl::InvalidArgumentError("an etcd cluster needs at least one member");
   std::unique_ptr<EtcdCluster> cluster(new EtcdCluster());
+  cluster->host_ = host;
   cluster->binary_ = Binary();
   if (cluster->binary_.empty()) {
     return absl::FailedPreconditionError("etcd is not on PATH (Debian's etcd-server; tools/bootstrap installs it)");
   }
-  absl::StatusOr<std::vector<int>> ports = FreeLoopbackPorts(2 * members);
+  absl::StatusOr<std::vector<int>> ports = FreePorts(host, 2 * members);
   if (!ports.ok()) return ports.status();
   std::vector<std::string> peers;
   for (int i = 0; i < members; ++i) {
@@ -100,7 +105,7 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members, con
     m.log_path = absl::StrCat(dir, "/", m.name, ".log");
     m.client_port = (*ports)[2 * i];
     m.peer_port = (*ports)[2 * i + 1];
-    peers.push_back(absl::StrCat(m.name, "=", Url(m.peer_port)));
+    peers.push_back(absl::StrCat(m.name, "=", cluster->Url(m.peer_port)));
     cluster->members_.push_back(m);
   }
   cluster->initial_cluster_ = absl::StrJoin(peers, ",");
@@ -155,7 +160,7 @@ EtcdCluster::~EtcdCluster() {
 
 std::vector<std::string> EtcdCluster::Endpoints() const {
   std::vector<std::string> out;
-  for (const Member& m : members_) out.push_back(absl::StrCat("127.0.0.1:", m.client_port));
+  for (const Member& m : members_) out.push_back(absl::StrCat(host_, ":", m.client_port));
   return out;
 }
 
@@ -218,7 +223,7 @@ std::string EtcdCluster::LogTail(int i) const {
 absl::Status EtcdCluster::WaitServing(int i, absl::Duration timeout) {
   Member& m = members_[i];
   EtcdOptions options;
-  options.endpoints = {absl::StrCat("127.0.0.1:", m.client_port)};
+  options.endpoints = {absl::StrCat(host_, ":", m.client_port)};
   options.call_timeout = absl::Seconds(1);
   absl::StatusOr<std::unique_ptr<Kv>> kv = NewEtcdKv(options);
   if (!kv.ok()) return kv.status();
@@ -263,7 +268,7 @@ absl::Status EtcdCluster::Restart(int i, absl::Duration ready_timeout) {
 absl::StatusOr<int> EtcdCluster::Leader() {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].pid <= 0) continue;
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", members_[i].client_port),
+    auto channel = grpc::CreateChannel(absl::StrCat(host_, ":", members_[i].client_port),
                                        grpc::InsecureChannelCredentials());
     auto stub = etcdserverpb::Maintenance::NewStub(channel);
     grpc::ClientContext ctx;

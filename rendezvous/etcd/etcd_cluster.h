@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace cpptorchrun::rdzv::etcd {
@@ -29,8 +30,11 @@ class EtcdCluster {
   // must exist), and waits, up to `ready_timeout`, until each serves reads
   // and writes. Errors name the member that did not come up and end with
   // the tail of its log.
+  // Members listen on `host` (an IPv4 address of this machine: loopback, or
+  // a test's network namespace's own).
   static absl::StatusOr<std::unique_ptr<EtcdCluster>> Start(
-      int members, const std::string& dir, absl::Duration ready_timeout = absl::Seconds(30));
+      int members, const std::string& dir, absl::Duration ready_timeout = absl::Seconds(30),
+      const std::string& host = "127.0.0.1");
 
   // One 3-member cluster per test binary, started on first use under
   // $TEST_TMPDIR and stopped when the binary exits, for the contract tests
@@ -43,7 +47,7 @@ class EtcdCluster {
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
   int size() const { return static_cast<int>(members_.size()); }
-  // Client endpoints, "127.0.0.1:port" each, and all of them comma-joined
+  // Client endpoints, "host:port" each, and all of them comma-joined
   // (the form of --rdzv_endpoint).
   std::vector<std::string> Endpoints() const;
   std::string EndpointList() const;
@@ -59,6 +63,9 @@ class EtcdCluster {
   absl::StatusOr<int> Leader();
 
  private:
+  std::string Url(int port) const { return absl::StrCat("http://", host_, ":", port); }
+
+  std::string host_ = "127.0.0.1";
   struct Member {
     std::string name;
     std::string data_dir;
