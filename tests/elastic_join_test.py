@@ -24,7 +24,7 @@ class JoinTest(unittest.TestCase):
         cluster = harness.Cluster(4)
         self.addCleanup(cluster.close)
         work = jobs.work_dir(self, "cpt-join-")
-        server = jobs.RdzvServer(cluster.hosts[0], work)
+        server = jobs.Rendezvous(cluster.hosts[0], work)
         run_id = "join-%06x" % random.getrandbits(24)
         conf = jobs.fast_rdzv_conf(keep_alive=0.5, attempts=3, last_call=1.0)
         samples = os.path.join(work, "samples")

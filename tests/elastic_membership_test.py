@@ -29,7 +29,7 @@ class MembershipTest(unittest.TestCase):
         self.cluster = harness.Cluster(3)
         self.addCleanup(self.cluster.close)
         self.work = jobs.work_dir(self, "cpt-member-")
-        self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
+        self.server = jobs.Rendezvous(self.cluster.hosts[0], self.work)
         self.run_id = "member-%06x" % random.getrandbits(24)
         conf = jobs.fast_rdzv_conf(KEEP_ALIVE, ATTEMPTS, last_call=1.0)
         self.a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "1:2",

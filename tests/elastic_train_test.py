@@ -29,7 +29,7 @@ class ElasticTrainTest(unittest.TestCase):
     def setUpClass(cls):
         cls.cluster = harness.Cluster(3)
         cls.work = jobs.work_dir(cls, "cpt-elastic-")
-        cls.server = jobs.RdzvServer(cls.cluster.hosts[0], cls.work)
+        cls.server = jobs.Rendezvous(cls.cluster.hosts[0], cls.work)
         # The undisturbed reference: one node with 4 fake GPUs.
         work = os.path.join(cls.work, "single")
         os.makedirs(work)

@@ -16,6 +16,12 @@ from tests import harness
 LAUNCHER = "launcher/cpptorchrun"
 SERVER = "rendezvous/rendezvous_server"
 TRAIN = "worker/train"
+ETCD_CLUSTER = "rendezvous/etcd/etcd_cluster_main"
+
+# The backend the elastic scenarios run on: the gRPC rendezvous service
+# (c10d, as before) or a 3-member etcd cluster (etcd); the Bazel target of a
+# scenario picks it (tests/BUILD.bazel, the *_etcd targets).
+BACKEND = os.environ.get("CPPTORCHRUN_TEST_RDZV_BACKEND", "c10d")
 
 
 class RdzvServer:
@@ -45,13 +51,80 @@ class RdzvServer:
         self.proc.wait(timeout=10)
 
 
+class EtcdRendezvous:
+    """A real etcd cluster of `members` on `host` (rendezvous/etcd/
+    etcd_cluster_main, one process a member, each its own data folder), for
+    --rdzv_backend etcd: `endpoint` is the member list. Members can be killed
+    (kill -9) and restarted, and the leader asked for. Stopped with the
+    cluster (end of the helper's stdin stops every member)."""
+
+    def __init__(self, host, log_dir, members=3):
+        self.host = host
+        self.members = members
+        tag = "%s-%d" % (host.name, int(time.monotonic() * 1e3))
+        self.dir = os.path.join(log_dir, "etcd-" + tag)
+        os.makedirs(self.dir)
+        self.log = os.path.join(log_dir, "etcd-%s.log" % tag)
+        err = open(self.log, "wb")
+        self.proc = subprocess.Popen(host.argv([harness.binary(ETCD_CLUSTER), "--members", str(members),
+                                                "--dir", self.dir, "--host", host.addr]),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                     start_new_session=True, text=True, bufsize=1)
+        err.close()
+        host.cluster.procs.append(self.proc)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("endpoints "):
+            raise AssertionError("etcd cluster did not start: %r\n%s" % (line, self.text()))
+        self.endpoint = line.split(" ", 1)[1]
+        self.backend = "etcd"
+
+    def text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def command(self, line):
+        """One command (kill I, restart I, leader) and its answer's words
+        after "ok"; an "error" answer raises."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer.startswith("ok"):
+            raise AssertionError("etcd cluster: %s: %r" % (line, answer))
+        return answer[2:].strip()
+
+    def kill(self, i):
+        self.command("kill %d" % i)
+
+    def restart(self, i):
+        self.command("restart %d" % i)
+
+    def leader(self):
+        return int(harness.wait_for(lambda: self._leader(), 30, "an etcd leader"))
+
+    def _leader(self):
+        try:
+            return self.command("leader")
+        except AssertionError:
+            return None
+
+
+def Rendezvous(host, log_dir):
+    """The scenario's rendezvous on `host`, per BACKEND: a rendezvous_server,
+    or a 3-member etcd cluster; either has `endpoint` and `backend`."""
+    if BACKEND == "etcd":
+        return EtcdRendezvous(host, log_dir)
+    server = RdzvServer(host, log_dir)
+    server.backend = "c10d"
+    return server
+
+
 class Node:
     """One cpptorchrun (one node) running `train` on fake GPUs (CPU slots
     with fake_gpus=False), or, given `program`, that command line instead."""
 
     def __init__(self, host, work, name, endpoint, nnodes, nproc=2, run_id="job",
                  max_restarts=3, launcher_args=(), train_args=(), env=None, program=None,
-                 fake_gpus=True):
+                 fake_gpus=True, backend=None):
         self.host = host
         self.name = name
         self.work = work
@@ -60,7 +133,7 @@ class Node:
         argv = [harness.binary(LAUNCHER),
                 "--nnodes", nnodes, "--nproc_per_node", str(nproc)] + (
                 ["--fake_gpus", str(nproc)] if fake_gpus else []) + [
-                "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
+                "--rdzv_backend", backend or BACKEND, "--rdzv_endpoint", endpoint, "--rdzv_id", run_id,
                 "--max_restarts", str(max_restarts),
                 # One log folder for every node of the scenario, as a shared
                 # filesystem on a cluster: each launcher makes its own in it.
