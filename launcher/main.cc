@@ -314,6 +314,19 @@ absl::Status ServeIfHosting(const LaunchConfig& c, const LocalPlan& plan, const 
   return absl::OkStatus();
 }
 
+// The run's options from --nnodes and --rdzv_conf (torchrun's defaults). Pure.
+rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
+  rdzv::v1::RunOptions r;
+  r.set_min_nodes(c.min_nodes);
+  r.set_max_nodes(c.max_nodes);
+  r.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
+  r.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
+  r.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
+  r.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
+  r.set_keep_alive_max_attempt(static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
+  return r;
+}
+
 absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const LocalPlan& plan, const LocalHost& local,
                                                const std::vector<std::string>& endpoint_addresses) {
   if (c.rdzv_backend == RdzvBackend::kEtcd) {
@@ -322,6 +335,10 @@ absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const Loca
     side.endpoint = c.rdzv_target;
     rdzv::ClientOptions co;
     co.endpoint = side.endpoint;
+    // A keep-alive that takes longer than its interval is a missed one: an
+    // etcd call waits at most that long (1 to 10 s) for members and quorum.
+    co.call_timeout = std::clamp(absl::Seconds(RunOptionsFor(c).keep_alive_interval_s()), absl::Seconds(1),
+                                 absl::Seconds(10));
     absl::StatusOr<std::unique_ptr<rdzv::RendezvousClient>> client = rdzv::CreateRendezvousClient(co);
     if (!client.ok()) return client.status();
     side.client = std::move(*client);
@@ -344,18 +361,6 @@ absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const Loca
   return side;
 }
 
-// The run's options from --nnodes and --rdzv_conf (torchrun's defaults). Pure.
-rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
-  rdzv::v1::RunOptions r;
-  r.set_min_nodes(c.min_nodes);
-  r.set_max_nodes(c.max_nodes);
-  r.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
-  r.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
-  r.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
-  r.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
-  r.set_keep_alive_max_attempt(static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
-  return r;
-}
 
 // The agent's options that come from the command line, the plan and the
 // environment (the collaborators are set by Launch).

@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> CreateRendezvousClient(const C
   etcd::EtcdRendezvousOptions rdzv_options;
   rdzv_options.prefix = target->etcd_prefix;
   rdzv_options.max_spare_wait = options.max_spare_wait;
+  rdzv_options.retry_budget = options.retry_budget;
   return etcd::NewEtcdRendezvousClient(std::shared_ptr<etcd::Kv>(std::move(*kv)), rdzv_options);
 }
 

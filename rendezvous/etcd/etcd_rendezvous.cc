@@ -49,15 +49,19 @@ absl::Duration LeaseTtl(absl::Duration deadline) {
   return std::max(absl::Seconds(1), absl::Ceil(deadline, absl::Seconds(1)));
 }
 
-void JitteredPause(int attempt) {
+double Jitter() {
   static absl::Mutex mu(absl::kConstInit);
   static std::mt19937_64* engine = new std::mt19937_64(std::random_device{}());
-  double f;
-  {
-    absl::MutexLock lock(&mu);
-    f = std::uniform_real_distribution<double>(0.5, 1.5)(*engine);
-  }
-  absl::SleepFor(absl::Milliseconds(std::min(attempt, 20)) * f);
+  absl::MutexLock lock(&mu);
+  return std::uniform_real_distribution<double>(0.5, 1.5)(*engine);
+}
+
+// Between two tries of a transaction that lost to another writer.
+void JitteredPause(int attempt) { absl::SleepFor(absl::Milliseconds(std::min(attempt, 20)) * Jitter()); }
+
+// Between two tries while etcd cannot answer: 50 ms doubling to 1 s.
+void Backoff(int failures) {
+  absl::SleepFor(std::min(absl::Seconds(1), absl::Milliseconds(50) * (1 << std::min(failures, 5))) * Jitter());
 }
 
 class EtcdRendezvousClient final : public RendezvousClient {
@@ -74,9 +78,21 @@ class EtcdRendezvousClient final : public RendezvousClient {
     const std::string& me = request.node().node_id();
     const absl::Time started = options_.clock->Now();
     std::optional<absl::Time> spare_since;
+    // Since when etcd has failed every call in a row (members down, no quorum).
+    std::optional<absl::Time> failing_since;
+    int failures = 0;
+    auto transient = [&](const absl::Status& s, int /*slice*/) {
+      if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s) && !absl::IsAborted(s)) return false;
+      const absl::Time now = absl::Now();
+      if (!failing_since.has_value()) failing_since = now;
+      if (now >= *failing_since + options_.retry_budget) return false;
+      Backoff(failures++);
+      return true;
+    };
     bool seated = false;
     for (int slice = 0; slice < kMaxSlices; ++slice) {
       if (absl::Status alive = KeepNodeAlive(keys, request.run_id(), me, *options); !alive.ok()) {
+        if (transient(alive, slice)) continue;
         return alive;
       }
       JoinResult result;
@@ -101,7 +117,12 @@ class EtcdRendezvousClient final : public RendezvousClient {
         result = *std::move(applied);
         return absl::OkStatus();
       });
-      if (!snap.ok()) return snap.status();
+      if (!snap.ok()) {
+        if (transient(snap.status(), slice)) continue;
+        return snap.status();
+      }
+      failing_since.reset();
+      failures = 0;
       if (timed_out) {
         return absl::DeadlineExceededError(absl::StrCat(
             "run '", request.run_id(), "': no round completed within join_timeout (",

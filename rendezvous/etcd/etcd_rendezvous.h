@@ -40,6 +40,10 @@ struct EtcdRendezvousOptions {
   base::Clock* clock = base::RealClock();
   // As ClientOptions::max_spare_wait.
   absl::Duration max_spare_wait = absl::Hours(24);
+  // As ClientOptions::retry_budget: how long Join keeps trying while etcd
+  // cannot answer (members down, no quorum) before it gives up with the
+  // error etcd gave.
+  absl::Duration retry_budget = absl::Seconds(60);
   // Most nodes a run may have (the service's Limits::max_nodes_per_run).
   int max_nodes_per_run = 1 << 16;
   // A state update that lost this many transactions in a row to other
