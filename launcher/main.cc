@@ -250,6 +250,8 @@ struct RendezvousSide {
   std::unique_ptr<rdzv::RendezvousClient> client;
   std::string endpoint;   // host:port for the workers
   std::string client_ca;  // empty: plaintext
+  // etcd: this node's client certificate and key (empty: none).
+  std::string client_cert, client_key;
   bool loopback_embed = false;
 };
 
@@ -333,8 +335,15 @@ absl::StatusOr<RendezvousSide> SetUpRendezvous(const LaunchConfig& c, const Loca
     // No server to host or find: every node applies the round rules on etcd.
     RendezvousSide side;
     side.endpoint = c.rdzv_target;
+    side.client_ca = plan.tls.ca;
+    side.client_cert = plan.tls.cert;
+    side.client_key = plan.tls.key;
     rdzv::ClientOptions co;
     co.endpoint = side.endpoint;
+    co.token = plan.token;
+    co.tls_root_cert_file = plan.tls.ca;
+    co.tls_cert_file = plan.tls.cert;
+    co.tls_key_file = plan.tls.key;
     // A keep-alive that takes longer than its interval is a missed one: an
     // etcd call waits at most that long (1 to 10 s) for members and quorum.
     co.call_timeout = std::clamp(absl::Seconds(RunOptionsFor(c).keep_alive_interval_s()), absl::Seconds(1),
@@ -536,6 +545,8 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.agent_socket = agent_service ? (*run_dir)->socket_path() : "";
   o.rdzv_endpoint_for_workers = rdzv->endpoint;
   o.rdzv_ca_file = rdzv->client_ca;
+  o.rdzv_cert_file = rdzv->client_cert;
+  o.rdzv_key_file = rdzv->client_key;
 
   auto ports = NewRealPortFinder();
   RoundMonitorOptions mo;

@@ -25,9 +25,14 @@ struct ClientOptions {
   // host:port, [v6]:port; see rendezvous/endpoint.h for parsing.
   std::string endpoint;
   // Shared secret sent as "authorization: Bearer <token>"; empty: none.
+  // With etcd: etcd's credentials, "user:password" (as etcdctl --user).
   std::string token;
   // TLS with gRPC's SSL credentials when a root certificate file is given.
   std::string tls_root_cert_file;
+  // etcd only: this client's certificate and key, where the members ask for
+  // one (etcd's --client-cert-auth).
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Deadline of each single RPC (long polls add their own wait to it).
   absl::Duration call_timeout = absl::Seconds(10);
   // Retry of UNAVAILABLE: exponential backoff from initial to max, with

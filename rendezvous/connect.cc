@@ -46,6 +46,18 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> CreateRendezvousClient(const C
   etcd::EtcdOptions kv_options;
   kv_options.endpoints = target->etcd_members;
   kv_options.call_timeout = options.call_timeout;
+  kv_options.tls_ca_file = options.tls_root_cert_file;
+  kv_options.tls_cert_file = options.tls_cert_file;
+  kv_options.tls_key_file = options.tls_key_file;
+  if (!options.token.empty()) {
+    const size_t colon = options.token.find(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(
+          "etcd credentials: expected user:password (as etcdctl --user) in the token file");
+    }
+    kv_options.user = options.token.substr(0, colon);
+    kv_options.password = options.token.substr(colon + 1);
+  }
   absl::StatusOr<std::unique_ptr<etcd::Kv>> kv = etcd::NewEtcdKv(kv_options);
   if (!kv.ok()) return kv.status();
   etcd::EtcdRendezvousOptions rdzv_options;

@@ -86,6 +86,8 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
   rdzv::ClientOptions options;
   options.endpoint = env.rdzv_endpoint;
   options.tls_root_cert_file = env.rdzv_ca_file;
+  options.tls_cert_file = env.rdzv_cert_file;
+  options.tls_key_file = env.rdzv_key_file;
   if (!env.rdzv_token_file.empty()) {
     absl::StatusOr<std::string> token = base::ReadTokenFile(env.rdzv_token_file);
     if (!token.ok()) return token.status();

@@ -118,6 +118,8 @@ WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int local
   in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
   in.rdzv_token_file = o_.rdzv_token_file;
   in.rdzv_ca_file = o_.rdzv_ca_file;
+  in.rdzv_cert_file = o_.rdzv_cert_file;
+  in.rdzv_key_file = o_.rdzv_key_file;
   in.local_addr = host_;
   in.fake_gpus = o_.fake_gpus;
   in.virtual_local_rank = o_.virtual_local_rank;

@@ -84,6 +84,8 @@ struct AgentOptions {
   std::string rdzv_endpoint_for_workers;  // empty: none
   std::string rdzv_token_file;            // empty: none
   std::string rdzv_ca_file;               // TLS to the rendezvous; empty: plaintext
+  std::string rdzv_cert_file;             // etcd: the client certificate; empty: none
+  std::string rdzv_key_file;              // and its key
 
   // Not owned; all must outlive the agent.
   base::Clock* clock = nullptr;

@@ -13,7 +13,7 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   // Variables of an outer launcher must not leak into ours.
   for (const char* stale : {"CPPTORCHRUN_FAKE_GPU", "CPPTORCHRUN_FAKE_GPUS", "CPPTORCHRUN_AGENT_SOCKET",
                             "CPPTORCHRUN_WORKER_TIMEOUT_S",
-                            "CPPTORCHRUN_RDZV_ENDPOINT", "CPPTORCHRUN_RDZV_ROUND",
+                            "CPPTORCHRUN_RDZV_ENDPOINT", "CPPTORCHRUN_RDZV_ROUND", "CPPTORCHRUN_RDZV_CERT_FILE", "CPPTORCHRUN_RDZV_KEY_FILE",
                             "CPPTORCHRUN_RDZV_TOKEN_FILE", "CPPTORCHRUN_RDZV_CA_FILE", "CPPTORCHRUN_LOCAL_ADDR",
                             "TORCHELASTIC_ERROR_FILE"}) {
     env.erase(stale);
@@ -42,6 +42,8 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   if (!in.rdzv_endpoint.empty()) env["CPPTORCHRUN_RDZV_ENDPOINT"] = in.rdzv_endpoint;
   if (!in.rdzv_token_file.empty()) env["CPPTORCHRUN_RDZV_TOKEN_FILE"] = in.rdzv_token_file;
   if (!in.rdzv_ca_file.empty()) env["CPPTORCHRUN_RDZV_CA_FILE"] = in.rdzv_ca_file;
+  if (!in.rdzv_cert_file.empty()) env["CPPTORCHRUN_RDZV_CERT_FILE"] = in.rdzv_cert_file;
+  if (!in.rdzv_key_file.empty()) env["CPPTORCHRUN_RDZV_KEY_FILE"] = in.rdzv_key_file;
   if (!in.agent_socket.empty()) {
     env["CPPTORCHRUN_AGENT_SOCKET"] = in.agent_socket;
     if (in.worker_timeout > absl::ZeroDuration()) {

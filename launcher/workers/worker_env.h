@@ -39,6 +39,8 @@ struct WorkerEnvInputs {
   std::string rdzv_endpoint;       // empty: not set
   std::string rdzv_token_file;     // empty: not set
   std::string rdzv_ca_file;        // TLS: the CA of the rendezvous's certificate; empty: plaintext
+  std::string rdzv_cert_file;      // etcd: the client certificate (and key); empty: none
+  std::string rdzv_key_file;
   std::string local_addr;          // empty: not set
   int fake_gpus = 0;               // 0: real devices, no CPPTORCHRUN_FAKE_GPU(S)
   // torchrun's --virtual_local_rank: LOCAL_RANK is 0 for every worker and

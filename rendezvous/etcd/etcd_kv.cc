@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <set>
 #include <utility>
 
@@ -131,10 +133,49 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view what, absl::strin
                       absl::StrCat("etcd ", what, " (member ", member, "): ", s.error_message()));
 }
 
+// etcd's gRPC metadata key for an auth token.
+constexpr char kTokenMetadata[] = "token";
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("etcd ", what, " '", path, "': cannot be read"));
+  std::ostringstream pem;
+  pem << in.rdbuf();
+  return pem.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const EtcdOptions& o) {
+  if (o.tls_ca_file.empty() && o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("etcd TLS: a client certificate and its key go together (cert and key)");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!o.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(o.tls_ca_file, "CA certificate");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (!o.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(o.tls_cert_file, "client certificate");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(o.tls_key_file, "client key");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 class EtcdKv final : public Kv {
  public:
-  EtcdKv(std::vector<std::string> targets, absl::Duration call_timeout)
-      : targets_(std::move(targets)), call_timeout_(call_timeout) {
+  EtcdKv(std::vector<std::string> targets, const EtcdOptions& options,
+         std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : targets_(std::move(targets)),
+        call_timeout_(options.call_timeout),
+        user_(options.user),
+        password_(options.password) {
     for (const std::string& target : targets_) {
       grpc::ChannelArguments args;
       // Reconnect quickly to a member that comes back. (Not
@@ -142,8 +183,9 @@ class EtcdKv final : public Kv {
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       args.SetMaxReceiveMessageSize(16 << 20);
-      auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+      auto channel = grpc::CreateCustomChannel(target, credentials, args);
       Member m;
+      m.auth = pb::Auth::NewStub(channel);
       m.kv = pb::KV::NewStub(channel);
       m.lease = pb::Lease::NewStub(channel);
       m.watch = pb::Watch::NewStub(channel);
@@ -338,6 +380,7 @@ class EtcdKv final : public Kv {
 
  private:
   struct Member {
+    std::unique_ptr<pb::Auth::Stub> auth;
     std::unique_ptr<pb::KV::Stub> kv;
     std::unique_ptr<pb::Lease::Stub> lease;
     std::unique_ptr<pb::Watch::Stub> watch;
@@ -369,6 +412,7 @@ class EtcdKv final : public Kv {
     const size_t n = members_.size();
     const size_t first = preferred_.load();
     std::vector<std::string> failures;
+    bool reauthenticated = false;
     for (size_t i = 0; i < 2 * n; ++i) {
       if (cancelled_.load()) return absl::CancelledError(absl::StrCat("etcd ", what, ": cancelled"));
       if (i == n) absl::SleepFor(absl::Milliseconds(50));  // between passes
@@ -390,6 +434,16 @@ class EtcdKv final : public Kv {
       }
       ctx.set_deadline(absl::ToChronoTime(now + limit));
       ctx.set_wait_for_ready(false);
+      std::string token;
+      if (!user_.empty()) {
+        grpc::Status authed = TokenFrom(members_[index], now + limit, &token);
+        if (!authed.ok()) {
+          if (AfterFailure(authed, true) == Next::kDone) return FromGrpc(authed, "Authenticate", targets_[index]);
+          failures.push_back(absl::StrCat(targets_[index], ": ", authed.error_message()));
+          continue;
+        }
+        ctx.AddMetadata(kTokenMetadata, token);
+      }
       {
         absl::MutexLock lock(&mu_);
         in_flight_.insert(&ctx);
@@ -404,6 +458,13 @@ class EtcdKv final : public Kv {
         return absl::OkStatus();
       }
       if (cancelled_.load()) return absl::CancelledError(absl::StrCat("etcd ", what, ": cancelled"));
+      if (!user_.empty() && st.error_code() == grpc::StatusCode::UNAUTHENTICATED && !reauthenticated) {
+        // The token expired (etcd's simple tokens do, unused): once more with a new one.
+        reauthenticated = true;
+        ForgetToken(token);
+        --i;
+        continue;
+      }
       if (AfterFailure(st, retry_on_deadline) == Next::kDone) return FromGrpc(st, what, targets_[index]);
       failures.push_back(absl::StrCat(targets_[index], ": ", st.error_message()));
     }
@@ -412,8 +473,39 @@ class EtcdKv final : public Kv {
                                                absl::StrJoin(failures, "; "), ")"));
   }
 
+  // The auth token, authenticating with `m` first when there is none.
+  grpc::Status TokenFrom(Member& m, absl::Time deadline, std::string* token) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!token_.empty()) {
+        *token = token_;
+        return grpc::Status::OK;
+      }
+    }
+    pb::AuthenticateRequest req;
+    req.set_name(user_);
+    req.set_password(password_);
+    pb::AuthenticateResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    grpc::Status st = m.auth->Authenticate(&ctx, req, &resp);
+    if (!st.ok()) return st;
+    absl::MutexLock lock(&mu_);
+    token_ = resp.token();
+    *token = token_;
+    return grpc::Status::OK;
+  }
+
+  void ForgetToken(const std::string& stale) {
+    absl::MutexLock lock(&mu_);
+    if (token_ == stale) token_.clear();
+  }
+
   const std::vector<std::string> targets_;
   const absl::Duration call_timeout_;
+  const std::string user_;
+  const std::string password_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_;
   std::atomic<size_t> preferred_{0};
   std::atomic<bool> cancelled_{false};
@@ -466,7 +558,12 @@ absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options) {
   if (unique.size() != targets.size()) {
     return absl::InvalidArgumentError("etcd endpoints: a member is listed twice");
   }
-  return std::unique_ptr<Kv>(new EtcdKv(std::move(targets), options.call_timeout));
+  if (options.user.empty() && !options.password.empty()) {
+    return absl::InvalidArgumentError("etcd auth: a password without a user");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  return std::unique_ptr<Kv>(new EtcdKv(std::move(targets), options, *std::move(credentials)));
 }
 
 }  // namespace cpptorchrun::rdzv::etcd

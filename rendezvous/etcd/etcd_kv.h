@@ -35,6 +35,17 @@ struct EtcdOptions {
   // The deadline of one call, every member it tries included (Watch: on top
   // of its own timeout).
   absl::Duration call_timeout = absl::Seconds(5);
+  // etcd's auth: with a user, the client authenticates (Auth.Authenticate)
+  // before its first call and again when etcd says its token is no longer
+  // valid, and sends the token on every call.
+  std::string user;
+  std::string password;
+  // TLS to the members (PEM files): the CA that signed their certificates,
+  // and this client's certificate and key where etcd asks for one
+  // (--client-cert-auth). Empty: plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // etcd's client port, for an endpoint given without one.
@@ -47,7 +58,8 @@ inline constexpr int kDefaultEtcdPort = 2379;
 absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& text);
 
 // Errors: no endpoints, a malformed one (as ParseEtcdEndpoints), a
-// call_timeout that is not positive. Connecting is lazy: an unreachable
+// call_timeout that is not positive, a TLS file that cannot be read (named),
+// a certificate without its key, a password without a user. Connecting is lazy: an unreachable
 // cluster shows in the first call, which names every member it tried.
 absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options);
 

@@ -103,6 +103,8 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   env.rdzv_endpoint = Str(lookup, "CPPTORCHRUN_RDZV_ENDPOINT");
   env.rdzv_token_file = Str(lookup, "CPPTORCHRUN_RDZV_TOKEN_FILE");
   env.rdzv_ca_file = Str(lookup, "CPPTORCHRUN_RDZV_CA_FILE");
+  env.rdzv_cert_file = Str(lookup, "CPPTORCHRUN_RDZV_CERT_FILE");
+  env.rdzv_key_file = Str(lookup, "CPPTORCHRUN_RDZV_KEY_FILE");
   env.agent_socket = Str(lookup, "CPPTORCHRUN_AGENT_SOCKET");
   env.local_addr = Str(lookup, "CPPTORCHRUN_LOCAL_ADDR", "127.0.0.1");
   const char* fake_value = lookup("CPPTORCHRUN_FAKE_GPU");

@@ -33,6 +33,10 @@ struct WorkerEnv {
   std::string rdzv_token_file;
   // TLS to the rendezvous: the CA file (CPPTORCHRUN_RDZV_CA_FILE); empty: plaintext.
   std::string rdzv_ca_file;
+  // etcd: the client certificate and key (CPPTORCHRUN_RDZV_CERT_FILE,
+  // CPPTORCHRUN_RDZV_KEY_FILE); empty: none.
+  std::string rdzv_cert_file;
+  std::string rdzv_key_file;
   std::string agent_socket;
   // Set only under --fake_gpus.
   std::optional<int> fake_gpu;
