@@ -182,6 +182,26 @@ def section_rendezvous(ctx, res):
                            "(libuv backend, PyTorch's own figure), not reproducible at that scale here")
 
 
+def section_rendezvous_backends(ctx, res):
+    """The rendezvous on etcd beside the gRPC service, through the same
+    client interface: N agents forming a round and reading its NCCL id, on
+    each backend in turn, and on etcd with its leader killed as they join."""
+    bench = os.path.join(ctx.bin, "rendezvous", "etcd", "backends_bench")
+    sizes = "10,50" if ctx.quick else "10,50,100"
+    r = subprocess.run([bench, "--sizes=" + sizes, "--repeat=%d" % (2 if ctx.quick else 3), "--json"],
+                       capture_output=True, text=True, timeout=1800)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not rows or not all(row["ok"] for row in rows):
+        raise RuntimeError("backends_bench failed: %s" % r.stderr[-800:])
+    for row in rows:
+        key = "rendezvous_backends/%s/%s/N=%d" % (row["backend"], row["scenario"], row["n"])
+        res.add(key + "/round_s", row["round_s"], "s")
+        res.add(key + "/store_s", row["store_s"], "s")
+    res.note("rendezvous_backends", "each agent its own client (a node's launcher); gRPC: the service in the "
+                                    "bench's process; etcd: 3 members on loopback, one process each; "
+                                    "leader_killed: kill -9 of etcd's leader as the agents start joining")
+
+
 def section_fuzz(ctx, res):
     """Every fuzz target under clang's libFuzzer (coverage-guided, ASan and
     UBSan), from its seed corpus, for a fixed time each (tools/fuzz/run)."""
@@ -206,7 +226,8 @@ SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "allreduce": ddp_bench.section_allreduce,
             "optimizers": optimizer_bench.section_optimizers,
             "hierarchical": hierarchical_bench.section_hierarchical,
-            "compression": compression_bench.section_compression}
+            "compression": compression_bench.section_compression,
+            "rendezvous_backends": section_rendezvous_backends}
 
 
 def register(name, fn):

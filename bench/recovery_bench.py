@@ -260,25 +260,30 @@ def python_one_node(ctx, res, kills, start_method):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def two_nodes(ctx, res, kills):
+def two_nodes(ctx, res, kills, backend="c10d"):
+    """`backend` etcd: the rendezvous on a 3-member etcd cluster on the
+    first host instead of rendezvous_server (figures under two_nodes_etcd)."""
+    name = "two_nodes" if backend == "c10d" else "two_nodes_" + backend
     with harness.Cluster(3, use_netns=True) as cluster:
         os.environ["CPPTORCHRUN_BIN_DIR"] = ctx.bin
         work = tempfile.mkdtemp(prefix="cpt-bench-recovery-2n-")
         try:
-            server = jobs.RdzvServer(cluster.hosts[0], work)
+            server = (jobs.EtcdRendezvous(cluster.hosts[0], work) if backend == "etcd"
+                      else jobs.RdzvServer(cluster.hosts[0], work))
             conf = jobs.fast_rdzv_conf(0.5, 4, last_call=0.2) + ["--monitor_interval", MONITOR_INTERVAL]
             train = ["--epochs", "3", "--checkpoint_every", CHECKPOINT_EVERY, "--progress", "lines"]
             a, b = [jobs.Node(cluster.hosts[i], work, n, server.endpoint, "2:2", max_restarts=kills + 2,
-                              launcher_args=conf, train_args=train) for i, n in ((1, "a"), (2, "b"))]
+                              launcher_args=conf, train_args=train, backend=backend)
+                    for i, n in ((1, "a"), (2, "b"))]
             watch = LogWatch([a.log, b.log])
             try:
-                kill_and_time(res, "cpptorchrun/two_nodes", kills,
+                kill_and_time(res, "cpptorchrun/" + name, kills,
                               lambda: a.proc.poll() is None and b.proc.poll() is None,
                               b.worker_pids, newest_checkpoint(os.path.join(work, "ckpt")), watch)
                 # The killed node's restarts, phase by phase (its event log).
                 for e in jobs.named(b.events_so_far(), "restart_completed"):
                     for phase in RESTART_PHASES:
-                        res.add("recovery/cpptorchrun/two_nodes/phase/%s_ms" % phase[:-2], e[phase] * 1e3, "ms")
+                        res.add("recovery/cpptorchrun/%s/phase/%s_ms" % (name, phase[:-2]), e[phase] * 1e3, "ms")
             finally:
                 watch.close()
         finally:
@@ -331,6 +336,7 @@ def section_recovery(ctx, res):
         res.note("recovery", "two-node recovery and node-loss detection not measured: " + why)
         return
     two_nodes(ctx, res, kills)
+    two_nodes(ctx, res, kills, backend="etcd")
     node_loss(ctx, res, 2 if ctx.quick else 5)
     res.note("recovery", "kill -9 of one worker, --monitor_interval %s on both launchers, a "
                          "checkpoint every %s steps; first step: rank 0's first step after the resume "

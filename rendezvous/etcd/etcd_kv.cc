@@ -215,7 +215,7 @@ class EtcdKv final : public Kv {
     req.set_value(value);
     req.set_lease(lease);
     pb::PutResponse resp;
-    absl::Status s = Call("Put", /*retry_on_deadline=*/false, [&](Member& m, grpc::ClientContext* ctx) {
+    absl::Status s = Call("Put", /*retry_on_deadline=*/true, [&](Member& m, grpc::ClientContext* ctx) {
       return m.kv->Put(ctx, req, &resp);
     });
     if (!s.ok()) return s;
@@ -227,7 +227,7 @@ class EtcdKv final : public Kv {
     req.set_key(prefix);
     req.set_range_end(PrefixEnd(prefix));
     pb::DeleteRangeResponse resp;
-    absl::Status s = Call("DeleteRange", false, [&](Member& m, grpc::ClientContext* ctx) {
+    absl::Status s = Call("DeleteRange", true, [&](Member& m, grpc::ClientContext* ctx) {
       return m.kv->DeleteRange(ctx, req, &resp);
     });
     if (!s.ok()) return s;
@@ -241,7 +241,7 @@ class EtcdKv final : public Kv {
     for (const Op& op : success) ToPb(op, req.add_success());
     for (const Op& op : failure) ToPb(op, req.add_failure());
     pb::TxnResponse resp;
-    absl::Status s = Call("Txn", false, [&](Member& m, grpc::ClientContext* ctx) {
+    absl::Status s = Call("Txn", true, [&](Member& m, grpc::ClientContext* ctx) {
       return m.kv->Txn(ctx, req, &resp);
     });
     if (!s.ok()) return s;
@@ -264,7 +264,7 @@ class EtcdKv final : public Kv {
     pb::LeaseGrantRequest req;
     req.set_ttl(seconds);
     pb::LeaseGrantResponse resp;
-    absl::Status s = Call("LeaseGrant", false, [&](Member& m, grpc::ClientContext* ctx) {
+    absl::Status s = Call("LeaseGrant", true, [&](Member& m, grpc::ClientContext* ctx) {
       return m.lease->LeaseGrant(ctx, req, &resp);
     });
     if (!s.ok()) return s;

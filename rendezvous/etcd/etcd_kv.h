@@ -4,14 +4,16 @@
 //
 // Failover: a call that a member answers UNAVAILABLE (down, unreachable, or
 // without a leader: etcd's "no leader" and "request timed out" come as
-// UNAVAILABLE) is sent to the next member, every member tried at most
-// twice within the call's deadline, with a short backoff between passes.
-// A call that ran out of its deadline is tried again elsewhere only when it
-// is a read (Get, GetPrefix, Watch) or a lease renewal: a write that may
-// have been applied is answered DEADLINE_EXCEEDED, and its caller rereads
-// (the rendezvous's writes are transactions on a revision, so a write that
-// did land makes the retried comparison fail, never apply twice). Members
-// the client last found working are tried first.
+// UNAVAILABLE), or does not answer within its share of the call's deadline
+// (a follower whose proposal went to a leader that died waits for etcd's
+// own 7 s request timeout), is sent to the next member, every member tried
+// at most twice within the deadline, with a short backoff between passes.
+// So a write may be applied twice: every write the rendezvous makes is
+// idempotent (Put of the same value, DeletePrefix, a lease) or a
+// transaction that compares a revision (applied once, the second attempt's
+// comparison fails and the caller rereads); the store's Add marks its
+// transaction so that a retried one is recognised (kv_store.h). Members the
+// client last found working are tried first.
 //
 // Watches carry etcd's "hasleader" metadata, so that a member cut off from
 // its cluster ends the watch (and the client moves on) instead of holding

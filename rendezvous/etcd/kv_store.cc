@@ -1,11 +1,14 @@
 #include "rendezvous/etcd/kv_store.h"
 
 #include <algorithm>
+#include <random>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -15,6 +18,16 @@ namespace {
 // Add's transaction lost to a concurrent writer this many times in a row:
 // an error rather than an unbounded loop.
 constexpr int kMaxAddConflicts = 1000;
+
+// Between a key and an Add's mark: a byte no store key of the project holds.
+constexpr char kAddMark[] = "\x1f" "add" "\x1f";
+
+std::string UniqueId() {
+  static absl::Mutex mu(absl::kConstInit);
+  static std::mt19937_64* engine = new std::mt19937_64(std::random_device{}());
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("%016x%016x", (*engine)(), (*engine)());
+}
 
 class KvStore final : public Store {
  public:
@@ -30,9 +43,18 @@ class KvStore final : public Store {
 
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
     const std::string k = prefix_ + key;
+    // This Add's mark, written in the same transaction as the sum: a
+    // transaction retried on another member after its answer was lost
+    // finds its mark and the sum it wrote, and does not add twice.
+    const std::string mark = absl::StrCat(k, kAddMark, UniqueId());
     for (int attempt = 0; attempt < kMaxAddConflicts; ++attempt) {
-      absl::StatusOr<RangeResult> got = kv_->Get(k);
-      if (!got.ok()) return got.status();
+      absl::StatusOr<TxnResult> read = kv_->Txn({}, {Op::Get(k), Op::Get(mark)}, {});
+      if (!read.ok()) return read.status();
+      if (read->reads.size() == 2 && !read->reads[1].kvs.empty()) {
+        int64_t landed = 0;
+        if (absl::SimpleAtoi(read->reads[1].kvs[0].value, &landed)) return landed;
+      }
+      RangeResult* got = &read->reads[0];
       int64_t current = 0;
       int64_t mod_revision = 0;  // 0: absent
       if (!got->kvs.empty()) {
@@ -44,8 +66,12 @@ class KvStore final : public Store {
       }
       const int64_t next = current + delta;
       absl::StatusOr<TxnResult> t = kv_->Txn({Compare::ModRevisionIs(k, mod_revision)},
-                                             {Op::Put(k, absl::StrCat(next))}, {});
-      if (!t.ok()) return t.status();
+                                             {Op::Put(k, absl::StrCat(next)), Op::Put(mark, absl::StrCat(next))}, {});
+      if (!t.ok()) {
+        // Applied or not, we cannot tell: read again, and the mark says.
+        if (absl::IsDeadlineExceeded(t.status()) || absl::IsUnavailable(t.status())) continue;
+        return t.status();
+      }
       if (t->succeeded) return next;
     }
     return absl::AbortedError(absl::StrCat("Add: key '", key, "' changed under ", kMaxAddConflicts,
