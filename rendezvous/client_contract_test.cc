@@ -261,6 +261,25 @@ TEST_P(ClientContractTest, ASilentNodeEndsItsRoundAfterTheKeepAliveDeadline) {
   EXPECT_FALSE(ended.run_closed());
 }
 
+TEST_P(ClientContractTest, StaticNodeRanksAreKeptAndATakenOneIsRefused) {
+  auto a = NewNode("node-a", 2, 2);
+  auto b = NewNode("node-b", 2, 2);
+  a->join.mutable_node()->set_static_node_rank(1);
+  b->join.mutable_node()->set_static_node_rank(0);
+  JoinAll({a.get(), b.get()});
+  EXPECT_EQ(a->assignment.group_rank(), 1);
+  EXPECT_EQ(b->assignment.group_rank(), 0);
+  EXPECT_EQ(b->assignment.rank_offset(), 0);
+  EXPECT_EQ(a->assignment.rank_offset(), 2);
+  // Rank 2 of a 2-node run does not exist: named, not waited for.
+  auto c = NewNode("node-c", 2, 2);
+  c->join.mutable_node()->set_static_node_rank(2);
+  auto got = c->client->Join(c->join);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(got.status())) << got.status();
+  EXPECT_NE(got.status().message().find("max_nodes"), std::string::npos) << got.status();
+}
+
 TEST_P(ClientContractTest, TheLastCallCompletesARoundWithMinNodes) {
   auto a = NewNode("node-a", 1, 3);
   JoinAll({a.get()});
