@@ -14,6 +14,7 @@
 #include "base/json.h"
 #include "base/printable.h"
 #include "base/token.h"
+#include "rendezvous/connect.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
@@ -279,7 +280,9 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
   std::unique_ptr<rdzv::RendezvousClient> owned;
   if (client == nullptr) {
     rdzv::ClientOptions co;
-    co.endpoint = rdzv::FormatEndpoint(config.rdzv_endpoint);
+    co.endpoint = config.rdzv_target.empty() ? rdzv::FormatEndpoint(config.rdzv_endpoint) : config.rdzv_target;
+    co.tls_cert_file = config.cert_file;
+    co.tls_key_file = config.key_file;
     co.retry_budget = absl::Seconds(5);
     co.call_timeout = absl::Seconds(5);
     std::string token_file = config.token_file;
@@ -298,7 +301,12 @@ int RunStatusCommand(const StatusConfig& config, const std::map<std::string, std
     if (auto it = env.find("CPPTORCHRUN_RDZV_CA_FILE"); co.tls_root_cert_file.empty() && it != env.end()) {
       co.tls_root_cert_file = it->second;
     }
-    owned = rdzv::NewGrpcRendezvousClient(co);
+    absl::StatusOr<std::unique_ptr<rdzv::RendezvousClient>> created = rdzv::CreateRendezvousClient(co);
+    if (!created.ok()) {
+      std::fprintf(stderr, "cpptorchrun status: %s\n", std::string(created.status().message()).c_str());
+      return 2;
+    }
+    owned = *std::move(created);
     client = owned.get();
   }
   WatchIo real_io;

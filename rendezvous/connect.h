@@ -7,7 +7,7 @@
 //                                          (port 2379 when absent; prefix
 //                                          optional, default /cpptorchrun)
 //
-// so the launcher and every worker open their client
+// so the launcher, `cpptorchrun status` and every worker open their client
 // (and the round's store) with the same call.
 #ifndef CPPTORCHRUN_RENDEZVOUS_CONNECT_H_
 #define CPPTORCHRUN_RENDEZVOUS_CONNECT_H_

@@ -17,8 +17,10 @@ killed with SIGKILL while the workers train.
 
 docs/RENDEZVOUS.md ("On etcd") states these guarantees.
 """
+import json
 import os
 import random
+import subprocess
 import unittest
 
 from tests import harness
@@ -63,6 +65,14 @@ class EtcdFailoverTest(unittest.TestCase):
         assert len(paths) == 1, "exactly one node holds rank 0 and writes metrics: %s" % paths
         return jobs.read_metrics(paths[0])
 
+    def status(self, run_id):
+        """`cpptorchrun status --rdzv_backend etcd ... --json`, run on a node's host."""
+        argv = self.cluster.hosts[1].argv([harness.binary(jobs.LAUNCHER), "status", "--rdzv_backend", "etcd",
+                                           "--rdzv_endpoint", self.etcd.endpoint, "--rdzv_id", run_id, "--json"])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
     def wait_newer_checkpoint(self, ckpt, than):
         """The name of a checkpoint written after `than` (training went on)."""
         return harness.wait_for(lambda: [c for c in jobs.checkpoints(ckpt) if c > than][-1:], 120,
@@ -104,6 +114,9 @@ class EtcdFailoverTest(unittest.TestCase):
         work, run_id, a, b = self.two_nodes("quorum-brief", conf(3, 4))
         ckpt = os.path.join(work, "ckpt")
         first = jobs.wait_checkpoint(ckpt)[-1]
+        # What an operator sees of a job on etcd: both nodes in round 1.
+        st = self.status(run_id)
+        self.assertEqual((st["state"], st["round"], len(st["nodes"])), ("ACTIVE", 1, 2), st)
         self.etcd.kill(1)
         self.etcd.kill(2)
         self.wait_newer_checkpoint(ckpt, first)

@@ -17,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "rendezvous/connect.h"
 #include "base/flags.h"
 #include "base/signals.h"
 #include "launcher/config/flag_values.h"
@@ -35,12 +36,15 @@ std::string HelpFooter() {
 absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& argv,
                                               const std::map<std::string, std::string>& env) {
   CLI::App app{"cpptorchrun status: print a job's nodes, ranks and progress", "cpptorchrun status"};
-  std::string endpoint, id, level = "warn", conf_text, interval_text;
+  std::string endpoint, id, level = "warn", conf_text, interval_text, backend = "c10d";
   bool json = false, watch = false;
   // PET_* from `env` (this stays a pure function of argv and env).
   if (auto it = env.find("PET_RDZV_ENDPOINT"); it != env.end()) endpoint = it->second;
   if (auto it = env.find("PET_RDZV_ID"); it != env.end()) id = it->second;
   if (auto it = env.find("PET_RDZV_CONF"); it != env.end()) conf_text = it->second;
+  if (auto it = env.find("PET_RDZV_BACKEND"); it != env.end()) backend = it->second;
+  app.add_option("--rdzv_backend,--rdzv-backend", backend,
+                 "c10d (the rendezvous service, default) or etcd (--rdzv_endpoint lists its members)");
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", endpoint, "rendezvous service host:port (PET_RDZV_ENDPOINT)");
   app.add_option("--rdzv_id,--rdzv-id", id, "the job's run id (PET_RDZV_ID)");
   app.add_option("--rdzv_conf,--rdzv-conf", conf_text,
@@ -65,14 +69,33 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   if (endpoint.empty()) {
     return absl::InvalidArgumentError("status: --rdzv_endpoint: required (host:port of the rendezvous service)");
   }
-  auto hp = ParseEndpointFlag(endpoint, kDefaultC10dPort, "--rdzv_endpoint");
-  if (!hp.ok()) return hp.status();
+  if (backend == "etcd-v2") backend = "etcd";
+  if (backend != "c10d" && backend != "etcd" && backend != "static") {
+    return Bad("--rdzv_backend", "c10d or etcd", backend);
+  }
+  std::vector<std::string> conf_warnings;
+  auto early_conf = ParseRdzvConf(conf_text, "--rdzv_conf", &conf_warnings);
+  if (!early_conf.ok()) return early_conf.status();
+  absl::StatusOr<rdzv::Endpoint> hp = rdzv::Endpoint{};
+  if (backend == "etcd") {
+    std::string prefix;
+    if (auto it = early_conf->find("prefix"); it != early_conf->end()) prefix = it->second;
+    if (!prefix.empty() && prefix[0] != '/') {
+      return Bad("--rdzv_conf prefix", "a key prefix starting with '/'", prefix);
+    }
+    auto target = rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, endpoint, prefix));
+    if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", target.status().message()));
+    out.status.rdzv_target = rdzv::FormatRendezvousTarget(*target);
+    if (auto it = early_conf->find("cert"); it != early_conf->end()) out.status.cert_file = it->second;
+    if (auto it = early_conf->find("key"); it != early_conf->end()) out.status.key_file = it->second;
+  } else {
+    hp = ParseEndpointFlag(endpoint, kDefaultC10dPort, "--rdzv_endpoint");
+    if (!hp.ok()) return hp.status();
+  }
   if (!ValidRunId(id)) {
     return Bad("--rdzv_id", "1..128 characters of [A-Za-z0-9_.-]", id);
   }
-  std::vector<std::string> ignored;
-  auto conf = ParseRdzvConf(conf_text, "--rdzv_conf", &ignored);
-  if (!conf.ok()) return conf.status();
+  const auto& conf = early_conf;
   if (interval_flag->count() > 0) {
     if (!watch) return absl::InvalidArgumentError("--interval: only with --watch");
     // Not below 0.1 s: each refresh is a call to the job's rendezvous.

@@ -123,6 +123,11 @@ ProgramMode ModeOf(const LaunchConfig& config);
 
 struct StatusConfig {
   rdzv::Endpoint rdzv_endpoint;
+  // --rdzv_backend etcd: the whole target (rendezvous/connect.h), and this
+  // client's certificate and key (--rdzv_conf cert, key); empty: the service.
+  std::string rdzv_target;
+  std::string cert_file;
+  std::string key_file;
   std::string rdzv_id;
   std::string log_level = "warn";
   // --rdzv_conf token_file / cacert (else CPPTORCHRUN_RDZV_TOKEN_FILE /

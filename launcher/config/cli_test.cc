@@ -277,6 +277,20 @@ TEST(Cli, StatusSubcommand) {
   EXPECT_EQ(s->status.interval, absl::Seconds(1));
 }
 
+TEST(Cli, StatusOfAJobOnEtcd) {
+  auto s = Parse({"status", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1:2379,e2", "--rdzv_id", "j",
+                  "--rdzv_conf", "prefix=/jobs"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->status.rdzv_target, "etcd://e1:2379,e2:2379/jobs");
+  auto bad = Parse({"status", "--rdzv_backend", "etcd", "--rdzv_endpoint", "e1,,e2", "--rdzv_id", "j"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--rdzv_endpoint"), std::string::npos) << bad.status();
+  EXPECT_FALSE(Parse({"status", "--rdzv_backend", "zookeeper", "--rdzv_endpoint", "h:1", "--rdzv_id", "j"}).ok());
+  auto service = Parse({"status", "--rdzv_endpoint", "h:1", "--rdzv_id", "j"});
+  ASSERT_TRUE(service.ok());
+  EXPECT_TRUE(service->status.rdzv_target.empty());
+}
+
 TEST(Cli, StatusJsonWatchAndInterval) {
   const std::vector<std::string> base = {"status", "--rdzv_endpoint", "127.0.0.1:5000", "--rdzv_id", "j"};
   auto with = [&](std::vector<std::string> more) {
