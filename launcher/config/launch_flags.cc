@@ -14,6 +14,7 @@
 #include "launcher/config/flag_values.h"
 #include "launcher/config/numa.h"
 #include "rendezvous/connect.h"
+#include "rendezvous/etcd/etcd_kv.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
@@ -439,6 +440,9 @@ absl::Status ResolveEtcdTarget(LaunchConfig* c) {
   if (auto it = c->rdzv_conf.find("prefix"); it != c->rdzv_conf.end()) prefix = it->second;
   if (!prefix.empty() && prefix[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf prefix: expected a key prefix starting with '/'; got '", prefix, "'"));
+  }
+  if (auto members = rdzv::etcd::ParseEtcdEndpoints(c->rdzv_endpoint_text); !members.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", members.status().message()));
   }
   absl::StatusOr<rdzv::RendezvousTarget> target =
       rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, c->rdzv_endpoint_text, prefix));

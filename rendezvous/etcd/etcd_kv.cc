@@ -445,7 +445,10 @@ class EtcdKv final : public Kv {
         ctx.AddMetadata(kTokenMetadata, token);
       }
       {
+        // Registered, then checked, under the lock Cancel takes to cancel
+        // what is registered: a Cancel either sees this call or is seen.
         absl::MutexLock lock(&mu_);
+        if (cancelled_.load()) return absl::CancelledError(absl::StrCat("etcd ", what, ": cancelled"));
         in_flight_.insert(&ctx);
       }
       grpc::Status st = attempt(members_[index], &ctx);
