@@ -2,7 +2,10 @@
 // cluster with auth enabled (a root user, as etcd requires), a client with
 // the right credentials works (the Kv, and a whole rendezvous client from a
 // "user:password" token), one without or with a wrong password is refused
-// with etcd's reason; bad TLS settings are named before any call.
+// with etcd's reason; on a member serving TLS with client certificates, the
+// CA and a certificate get in and nothing else does; bad TLS settings are
+// named before any call.
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -125,6 +128,99 @@ TEST_F(EtcdAuthTest, ARendezvousClientTakesUserColonPasswordAsItsToken) {
   auto bad = CreateRendezvousClient(options);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("user:password"), std::string::npos) << bad.status();
+}
+
+// A member serving TLS and requiring client certificates (etcd's
+// --client-cert-auth), with a certificate made now (its own CA, for
+// 127.0.0.1): the CA and a client certificate reach it, on the Kv and on a
+// whole rendezvous client; without the client certificate, or in
+// plaintext, it is refused.
+class EtcdTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (EtcdCluster::Binary().empty() || std::system("command -v openssl >/dev/null 2>&1") != 0) return;
+    const char* tmp = getenv("TEST_TMPDIR");
+    dir_ = new std::string(absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/etcd-tls"));
+    ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", *dir_, "'").c_str()), 0);
+    tls_.cert_file = *dir_ + "/cert.pem";
+    tls_.key_file = *dir_ + "/key.pem";
+    tls_.ca_file = tls_.cert_file;
+    tls_.client_cert_auth = true;
+    const std::string make = absl::StrCat(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout '", tls_.key_file, "' -out '", tls_.cert_file,
+        "' -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1");
+    ASSERT_EQ(std::system(make.c_str()), 0) << make;
+    auto started = EtcdCluster::Start(1, *dir_, absl::Seconds(30), "127.0.0.1", tls_);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = started->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << "needs etcd (Debian's etcd-server) and the openssl command";
+  }
+  static EtcdOptions Options() {
+    EtcdOptions o;
+    o.endpoints = cluster_->Endpoints();
+    o.call_timeout = absl::Seconds(3);
+    o.tls_ca_file = tls_.ca_file;
+    o.tls_cert_file = tls_.cert_file;
+    o.tls_key_file = tls_.key_file;
+    return o;
+  }
+  static EtcdCluster* cluster_;
+  static EtcdClusterTls tls_;
+  static std::string* dir_;
+};
+
+EtcdCluster* EtcdTlsTest::cluster_ = nullptr;
+EtcdClusterTls EtcdTlsTest::tls_;
+std::string* EtcdTlsTest::dir_ = nullptr;
+
+TEST_F(EtcdTlsTest, TheCaAndAClientCertificateReachTheMember) {
+  auto kv = NewEtcdKv(Options());
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_TRUE((*kv)->Put("/tls-test/k", "v").ok());
+  auto got = (*kv)->Get("/tls-test/k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->kvs.size(), 1u);
+
+  ClientOptions options;
+  options.endpoint = absl::StrCat(kEtcdScheme, cluster_->EndpointList(), "/tls-test");
+  options.tls_root_cert_file = tls_.ca_file;
+  options.tls_cert_file = tls_.cert_file;
+  options.tls_key_file = tls_.key_file;
+  auto client = CreateRendezvousClient(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::JoinRequest join;
+  join.set_run_id("tls-run");
+  join.mutable_node()->set_node_id("n0");
+  join.mutable_node()->set_host("127.0.0.1");
+  join.mutable_node()->set_local_world_size(1);
+  join.mutable_node()->set_static_node_rank(-1);
+  join.mutable_options()->set_min_nodes(1);
+  join.mutable_options()->set_max_nodes(1);
+  auto a = (*client)->Join(join);
+  ASSERT_TRUE(a.ok()) << a.status();
+}
+
+TEST_F(EtcdTlsTest, WithoutAClientCertificateOrInPlaintextTheMemberRefuses) {
+  EtcdOptions no_cert = Options();
+  no_cert.tls_cert_file.clear();
+  no_cert.tls_key_file.clear();
+  auto kv = NewEtcdKv(no_cert);
+  ASSERT_TRUE(kv.ok());
+  EXPECT_FALSE((*kv)->Put("/tls-test/anon", "v").ok());
+  EtcdOptions plain;
+  plain.endpoints = cluster_->Endpoints();
+  plain.call_timeout = absl::Seconds(3);
+  auto plain_kv = NewEtcdKv(plain);
+  ASSERT_TRUE(plain_kv.ok());
+  auto put = (*plain_kv)->Put("/tls-test/plain", "v");
+  ASSERT_FALSE(put.ok());
+  EXPECT_NE(put.status().message().find(cluster_->Endpoints()[0]), std::string::npos) << put.status();
 }
 
 TEST(EtcdTlsOptionsTest, UnreadableFilesAndAHalfPairAreNamed) {

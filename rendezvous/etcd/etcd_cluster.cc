@@ -87,10 +87,12 @@ std::string EtcdCluster::Binary() {
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members, const std::string& dir,
                                                                  absl::Duration ready_timeout,
-                                                                 const std::string& host) {
+                                                                 const std::string& host,
+                                                                 const EtcdClusterTls& tls) {
   if (members < 1) return absl::InvalidArgumentError("an etcd cluster needs at least one member");
   std::unique_ptr<EtcdCluster> cluster(new EtcdCluster());
   cluster->host_ = host;
+  cluster->tls_ = tls;
   cluster->binary_ = Binary();
   if (cluster->binary_.empty()) {
     return absl::FailedPreconditionError("etcd is not on PATH (Debian's etcd-server; tools/bootstrap installs it)");
@@ -172,8 +174,8 @@ absl::Status EtcdCluster::Spawn(int i, bool existing) {
       binary_,
       "--name", m.name,
       "--data-dir", m.data_dir,
-      "--listen-client-urls", Url(m.client_port),
-      "--advertise-client-urls", Url(m.client_port),
+      "--listen-client-urls", ClientUrl(m.client_port),
+      "--advertise-client-urls", ClientUrl(m.client_port),
       "--listen-peer-urls", Url(m.peer_port),
       "--initial-advertise-peer-urls", Url(m.peer_port),
       "--initial-cluster", initial_cluster_,
@@ -183,6 +185,11 @@ absl::Status EtcdCluster::Spawn(int i, bool existing) {
       "--log-outputs", "stderr",
       "--log-level", "warn",
   };
+  if (!tls_.cert_file.empty()) {
+    args.insert(args.end(), {"--cert-file", tls_.cert_file, "--key-file", tls_.key_file});
+    if (!tls_.ca_file.empty()) args.insert(args.end(), {"--trusted-ca-file", tls_.ca_file});
+    if (tls_.client_cert_auth) args.push_back("--client-cert-auth");
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -220,11 +227,24 @@ std::string EtcdCluster::LogTail(int i) const {
   return text;
 }
 
+EtcdOptions EtcdCluster::ClientOptions(int i) const {
+  EtcdOptions options;
+  options.endpoints = {absl::StrCat(host_, ":", members_[i].client_port)};
+  options.call_timeout = absl::Seconds(1);
+  if (!tls_.cert_file.empty()) {
+    options.tls_ca_file = tls_.ca_file.empty() ? tls_.cert_file : tls_.ca_file;
+    if (tls_.client_cert_auth) {
+      // The tests' certificates are their own CA: the member's serves as the client's.
+      options.tls_cert_file = tls_.cert_file;
+      options.tls_key_file = tls_.key_file;
+    }
+  }
+  return options;
+}
+
 absl::Status EtcdCluster::WaitServing(int i, absl::Duration timeout) {
   Member& m = members_[i];
-  EtcdOptions options;
-  options.endpoints = {absl::StrCat(host_, ":", m.client_port)};
-  options.call_timeout = absl::Seconds(1);
+  EtcdOptions options = ClientOptions(i);
   absl::StatusOr<std::unique_ptr<Kv>> kv = NewEtcdKv(options);
   if (!kv.ok()) return kv.status();
   const absl::Time deadline = absl::Now() + timeout;
@@ -268,15 +288,9 @@ absl::Status EtcdCluster::Restart(int i, absl::Duration ready_timeout) {
 absl::StatusOr<int> EtcdCluster::Leader() {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].pid <= 0) continue;
-    auto channel = grpc::CreateChannel(absl::StrCat(host_, ":", members_[i].client_port),
-                                       grpc::InsecureChannelCredentials());
-    auto stub = etcdserverpb::Maintenance::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    etcdserverpb::StatusResponse resp;
-    grpc::Status st = stub->Status(&ctx, etcdserverpb::StatusRequest(), &resp);
-    if (!st.ok() || resp.leader() == 0) continue;
-    if (resp.leader() == resp.header().member_id()) return static_cast<int>(i);
+    absl::StatusOr<MemberStatus> st = EtcdMemberStatus(ClientOptions(static_cast<int>(i)));
+    if (!st.ok() || st->leader == 0) continue;
+    if (st->leader == st->member_id) return static_cast<int>(i);
   }
   return absl::NotFoundError("no running etcd member is the leader");
 }

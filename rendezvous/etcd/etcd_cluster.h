@@ -18,8 +18,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "rendezvous/etcd/etcd_kv.h"
 
 namespace cpptorchrun::rdzv::etcd {
+
+// TLS on the members' client port (peers stay plaintext on loopback): their
+// certificate and key, the CA they trust, and whether they require a client
+// certificate signed by it (etcd's --client-cert-auth).
+struct EtcdClusterTls {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  bool client_cert_auth = false;
+};
 
 class EtcdCluster {
  public:
@@ -34,7 +45,7 @@ class EtcdCluster {
   // a test's network namespace's own).
   static absl::StatusOr<std::unique_ptr<EtcdCluster>> Start(
       int members, const std::string& dir, absl::Duration ready_timeout = absl::Seconds(30),
-      const std::string& host = "127.0.0.1");
+      const std::string& host = "127.0.0.1", const EtcdClusterTls& tls = {});
 
   // One 3-member cluster per test binary, started on first use under
   // $TEST_TMPDIR and stopped when the binary exits, for the contract tests
@@ -64,8 +75,14 @@ class EtcdCluster {
 
  private:
   std::string Url(int port) const { return absl::StrCat("http://", host_, ":", port); }
+  std::string ClientUrl(int port) const {
+    return absl::StrCat(tls_.cert_file.empty() ? "http://" : "https://", host_, ":", port);
+  }
+  // What this helper's own calls (readiness, the leader) connect with.
+  EtcdOptions ClientOptions(int i) const;
 
   std::string host_ = "127.0.0.1";
+  EtcdClusterTls tls_;
   struct Member {
     std::string name;
     std::string data_dir;

@@ -569,4 +569,17 @@ absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options) {
   return std::unique_ptr<Kv>(new EtcdKv(std::move(targets), options, *std::move(credentials)));
 }
 
+absl::StatusOr<MemberStatus> EtcdMemberStatus(const EtcdOptions& options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints given");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  auto stub = pb::Maintenance::NewStub(grpc::CreateChannel(options.endpoints[0], *credentials));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+  pb::StatusResponse resp;
+  grpc::Status st = stub->Status(&ctx, pb::StatusRequest(), &resp);
+  if (!st.ok()) return FromGrpc(st, "Status", options.endpoints[0]);
+  return MemberStatus{resp.header().member_id(), resp.leader()};
+}
+
 }  // namespace cpptorchrun::rdzv::etcd

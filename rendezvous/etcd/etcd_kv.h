@@ -65,6 +65,15 @@ absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& t
 // cluster shows in the first call, which names every member it tried.
 absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options);
 
+// What the first of `options.endpoints` says of itself (etcd's
+// Maintenance.Status, over the options' TLS): its id and its leader's (0:
+// none). For the test clusters' leader.
+struct MemberStatus {
+  uint64_t member_id = 0;
+  uint64_t leader = 0;
+};
+absl::StatusOr<MemberStatus> EtcdMemberStatus(const EtcdOptions& options);
+
 }  // namespace cpptorchrun::rdzv::etcd
 
 #endif  // CPPTORCHRUN_RENDEZVOUS_ETCD_ETCD_KV_H_
