@@ -25,6 +25,19 @@ namespace pb = ::etcdserverpb;
 
 constexpr char kPassword[] = "s3cret-pw";
 
+// A Join of node n0 to a one-node run.
+v1::JoinRequest OneNodeJoin(const std::string& run_id) {
+  v1::JoinRequest join;
+  join.set_run_id(run_id);
+  join.mutable_node()->set_node_id("n0");
+  join.mutable_node()->set_host("127.0.0.1");
+  join.mutable_node()->set_local_world_size(1);
+  join.mutable_node()->set_static_node_rank(-1);
+  join.mutable_options()->set_min_nodes(1);
+  join.mutable_options()->set_max_nodes(1);
+  return join;
+}
+
 class EtcdAuthTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -112,15 +125,7 @@ TEST_F(EtcdAuthTest, ARendezvousClientTakesUserColonPasswordAsItsToken) {
   options.token = absl::StrCat("root:", kPassword);
   auto client = CreateRendezvousClient(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  v1::JoinRequest join;
-  join.set_run_id("auth-run");
-  join.mutable_node()->set_node_id("n0");
-  join.mutable_node()->set_host("127.0.0.1");
-  join.mutable_node()->set_local_world_size(1);
-  join.mutable_node()->set_static_node_rank(-1);
-  join.mutable_options()->set_min_nodes(1);
-  join.mutable_options()->set_max_nodes(1);
-  auto a = (*client)->Join(join);
+  auto a = (*client)->Join(OneNodeJoin("auth-run"));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->world_size(), 1);
 
@@ -194,15 +199,7 @@ TEST_F(EtcdTlsTest, TheCaAndAClientCertificateReachTheMember) {
   options.tls_key_file = tls_.key_file;
   auto client = CreateRendezvousClient(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  v1::JoinRequest join;
-  join.set_run_id("tls-run");
-  join.mutable_node()->set_node_id("n0");
-  join.mutable_node()->set_host("127.0.0.1");
-  join.mutable_node()->set_local_world_size(1);
-  join.mutable_node()->set_static_node_rank(-1);
-  join.mutable_options()->set_min_nodes(1);
-  join.mutable_options()->set_max_nodes(1);
-  auto a = (*client)->Join(join);
+  auto a = (*client)->Join(OneNodeJoin("tls-run"));
   ASSERT_TRUE(a.ok()) << a.status();
 }
 
