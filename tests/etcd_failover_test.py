@@ -131,10 +131,15 @@ class EtcdFailoverTest(unittest.TestCase):
         jobs.wait_checkpoint(ckpt)
         self.etcd.kill(0)
         self.etcd.kill(1)
-        harness.wait_for(lambda: all(jobs.named(n.events_so_far(), "round_ended", round=1) for n in (a, b)),
-                         120, "both nodes to give round 1 up")
-        self.etcd.restart(0)
-        self.etcd.restart(1)
+        try:
+            harness.wait_for(lambda: all(jobs.named(n.events_so_far(), "round_ended", round=1) for n in (a, b)),
+                             120, "both nodes to give round 1 up")
+        except AssertionError as e:
+            raise AssertionError("%s\nnode1:\n%s\nnode2:\n%s" % (e, a.text()[-3000:], b.text()[-3000:]))
+        finally:
+            # The next scenario needs the whole cluster, whatever happened here.
+            self.etcd.restart(0)
+            self.etcd.restart(1)
         for n in (a, b):
             self.assertEqual(n.wait(600), 0, n.text()[-4000:])
         joined = [[(e["round"], e["world_size"]) for e in jobs.named(n.events(), "round_joined")] for n in (a, b)]

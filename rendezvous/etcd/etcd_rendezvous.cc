@@ -335,6 +335,10 @@ class EtcdRendezvousClient final : public RendezvousClient {
   // differs, on the revision it read, and starts over when another writer
   // came first. The snapshot returned holds the state as written.
   absl::StatusOr<Snapshot> Update(const RunKeys& keys, const Change& change, int64_t state_lease = 0) {
+    // Writes that etcd could not answer (no quorum, members down): retried
+    // a few times, not max_conflicts times, so that a caller that counts
+    // failures (the keep-alive's) hears of them within a few call timeouts.
+    int unanswered = 0;
     for (int attempt = 0; attempt < options_.max_conflicts; ++attempt) {
       absl::StatusOr<Snapshot> snap = Read(keys);
       if (!snap.ok()) return snap.status();
@@ -363,7 +367,7 @@ class EtcdRendezvousClient final : public RendezvousClient {
       if (!t.ok()) {
         // A write that may or may not have landed, or a member that went:
         // read again (a landed write makes the comparison fail next time).
-        if (absl::IsDeadlineExceeded(t.status()) || absl::IsUnavailable(t.status())) {
+        if ((absl::IsDeadlineExceeded(t.status()) || absl::IsUnavailable(t.status())) && ++unanswered < 3) {
           JitteredPause(attempt + 1);
           continue;
         }
