@@ -30,6 +30,11 @@ constexpr int kMaxSlices = 1000000;
 // Rounds' stores older than the one before the active round are deleted as
 // rounds complete, at most this many rounds a write.
 constexpr int64_t kMaxRoundsDroppedAtOnce = 8;
+// Writes of the run's state that etcd did not answer before one Update
+// gives up (no quorum, members down): a few, not max_conflicts, so that a
+// caller that counts failures (the keep-alive's) hears of them within a few
+// call timeouts.
+constexpr int kMaxUnansweredWrites = 3;
 
 // What one read of a run shows, at one revision.
 struct Snapshot {
@@ -335,9 +340,6 @@ class EtcdRendezvousClient final : public RendezvousClient {
   // differs, on the revision it read, and starts over when another writer
   // came first. The snapshot returned holds the state as written.
   absl::StatusOr<Snapshot> Update(const RunKeys& keys, const Change& change, int64_t state_lease = 0) {
-    // Writes that etcd could not answer (no quorum, members down): retried
-    // a few times, not max_conflicts times, so that a caller that counts
-    // failures (the keep-alive's) hears of them within a few call timeouts.
     int unanswered = 0;
     for (int attempt = 0; attempt < options_.max_conflicts; ++attempt) {
       absl::StatusOr<Snapshot> snap = Read(keys);
@@ -365,9 +367,8 @@ class EtcdRendezvousClient final : public RendezvousClient {
       absl::StatusOr<TxnResult> t =
           kv_->Txn({Compare::ModRevisionIs(keys.State(), snap->state_revision)}, ops, {});
       if (!t.ok()) {
-        // A write that may or may not have landed, or a member that went:
-        // read again (a landed write makes the comparison fail next time).
-        if ((absl::IsDeadlineExceeded(t.status()) || absl::IsUnavailable(t.status())) && ++unanswered < 3) {
+        // A write that may or may not have landed: read again.
+        if (WriteUnanswered(t.status()) && ++unanswered < kMaxUnansweredWrites) {
           JitteredPause(attempt + 1);
           continue;
         }

@@ -138,6 +138,13 @@ class Kv {
   virtual void Cancel() = 0;
 };
 
+// Whether a failed write may or may not have landed: etcd did not answer
+// in time (DEADLINE_EXCEEDED) or no member could take it (UNAVAILABLE).
+// The caller reads again; a write that landed makes its comparison fail.
+inline bool WriteUnanswered(const absl::Status& s) {
+  return absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s);
+}
+
 }  // namespace cpptorchrun::rdzv::etcd
 
 #endif  // CPPTORCHRUN_RENDEZVOUS_ETCD_KV_H_

@@ -69,7 +69,7 @@ class KvStore final : public Store {
                                              {Op::Put(k, absl::StrCat(next)), Op::Put(mark, absl::StrCat(next))}, {});
       if (!t.ok()) {
         // Applied or not, we cannot tell: read again, and the mark says.
-        if (absl::IsDeadlineExceeded(t.status()) || absl::IsUnavailable(t.status())) continue;
+        if (WriteUnanswered(t.status())) continue;
         return t.status();
       }
       if (t->succeeded) return next;
