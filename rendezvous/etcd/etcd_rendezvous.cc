@@ -30,11 +30,6 @@ constexpr int kMaxSlices = 1000000;
 // Rounds' stores older than the one before the active round are deleted as
 // rounds complete, at most this many rounds a write.
 constexpr int64_t kMaxRoundsDroppedAtOnce = 8;
-// Writes of the run's state that etcd did not answer before one Update
-// gives up (no quorum, members down): a few, not max_conflicts, so that a
-// caller that counts failures (the keep-alive's) hears of them within a few
-// call timeouts.
-constexpr int kMaxUnansweredWrites = 3;
 
 // What one read of a run shows, at one revision.
 struct Snapshot {

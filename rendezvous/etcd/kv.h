@@ -145,6 +145,12 @@ inline bool WriteUnanswered(const absl::Status& s) {
   return absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s);
 }
 
+// Unanswered writes (above) one operation retries before it gives up and
+// reports etcd's error: a few, not its bound on lost races, so that a caller
+// that counts failures (the keep-alive's) hears of them within a few call
+// timeouts.
+inline constexpr int kMaxUnansweredWrites = 3;
+
 }  // namespace cpptorchrun::rdzv::etcd
 
 #endif  // CPPTORCHRUN_RENDEZVOUS_ETCD_KV_H_

@@ -47,6 +47,7 @@ class KvStore final : public Store {
     // transaction retried on another member after its answer was lost
     // finds its mark and the sum it wrote, and does not add twice.
     const std::string mark = absl::StrCat(k, kAddMark, UniqueId());
+    int unanswered = 0;
     for (int attempt = 0; attempt < kMaxAddConflicts; ++attempt) {
       absl::StatusOr<TxnResult> read = kv_->Txn({}, {Op::Get(k), Op::Get(mark)}, {});
       if (!read.ok()) return read.status();
@@ -69,7 +70,7 @@ class KvStore final : public Store {
                                              {Op::Put(k, absl::StrCat(next)), Op::Put(mark, absl::StrCat(next))}, {});
       if (!t.ok()) {
         // Applied or not, we cannot tell: read again, and the mark says.
-        if (WriteUnanswered(t.status())) continue;
+        if (WriteUnanswered(t.status()) && ++unanswered < kMaxUnansweredWrites) continue;
         return t.status();
       }
       if (t->succeeded) return next;

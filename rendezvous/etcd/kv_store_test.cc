@@ -1,6 +1,7 @@
 // The etcd store's Add when etcd applied its transaction but the answer was
 // lost (a member died after committing it; the Kv tried again elsewhere):
-// the sum is written once, not twice.
+// the sum is written once, not twice; and when etcd answers no write at all
+// (no quorum), Add reports etcd's error after a few tries.
 #include "rendezvous/etcd/kv_store.h"
 
 #include <memory>
@@ -15,11 +16,13 @@
 namespace cpptorchrun::rdzv::etcd {
 namespace {
 
-// An in-memory Kv whose first `lose` writing transactions are applied, then
-// answered DEADLINE_EXCEEDED, as a lost answer looks to the caller.
+// An in-memory Kv whose first `lose` writing transactions are answered
+// DEADLINE_EXCEEDED, as a lost answer looks to the caller: applied first
+// (the answer was lost) or not (etcd could not commit it).
 class LostAnswers : public Kv {
  public:
-  LostAnswers(Kv* kv, int lose) : kv_(kv), lose_(lose) {}
+  LostAnswers(Kv* kv, int lose, bool applied = true) : kv_(kv), lose_(lose), applied_(applied) {}
+  int writes() const { return writes_; }
   absl::StatusOr<RangeResult> Get(const std::string& k) override { return kv_->Get(k); }
   absl::StatusOr<RangeResult> GetPrefix(const std::string& p) override { return kv_->GetPrefix(p); }
   absl::StatusOr<int64_t> Put(const std::string& k, const std::string& v, int64_t l) override {
@@ -28,8 +31,13 @@ class LostAnswers : public Kv {
   absl::StatusOr<int64_t> DeletePrefix(const std::string& p) override { return kv_->DeletePrefix(p); }
   absl::StatusOr<TxnResult> Txn(const std::vector<Compare>& c, const std::vector<Op>& s,
                                 const std::vector<Op>& f) override {
-    absl::StatusOr<TxnResult> r = kv_->Txn(c, s, f);
     const bool writes = !s.empty() && s[0].kind == Op::Kind::kPut;
+    if (writes) ++writes_;
+    if (writes && lose_ > 0 && !applied_) {
+      --lose_;
+      return absl::DeadlineExceededError("etcd Txn: no member answered");
+    }
+    absl::StatusOr<TxnResult> r = kv_->Txn(c, s, f);
     if (r.ok() && writes && lose_ > 0) {
       --lose_;
       return absl::DeadlineExceededError("etcd Txn: the answer was lost");
@@ -47,6 +55,8 @@ class LostAnswers : public Kv {
  private:
   Kv* kv_;
   int lose_;
+  bool applied_;
+  int writes_ = 0;
 };
 
 TEST(KvStoreAddTest, AnAddWhoseAnswerWasLostCountsOnceWhenTriedAgain) {
@@ -64,6 +74,24 @@ TEST(KvStoreAddTest, AnAddWhoseAnswerWasLostCountsOnceWhenTriedAgain) {
   absl::StatusOr<int64_t> second = store->Add("barrier", 1);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(*second, *first + 1);
+}
+
+TEST(KvStoreAddTest, AnAddEtcdNeverAnswersFailsAfterAFewTriesWithEtcdsError) {
+  base::FakeClock clock;
+  std::unique_ptr<InMemoryKv> memory = NewInMemoryKv(&clock);
+  LostAnswers silent(memory.get(), 1000, /*applied=*/false);
+  std::unique_ptr<Store> store = NewKvStore(&silent, "/s/");
+  absl::StatusOr<int64_t> r = store->Add("barrier", 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("no member answered"), absl::string_view::npos) << r.status();
+  EXPECT_EQ(silent.writes(), kMaxUnansweredWrites);
+  // Nothing was added: once etcd answers again, the sum starts from 0.
+  LostAnswers answering(memory.get(), 0);
+  std::unique_ptr<Store> again = NewKvStore(&answering, "/s/");
+  absl::StatusOr<int64_t> next = again->Add("barrier", 1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, 1);
 }
 
 }  // namespace
