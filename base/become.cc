@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -299,8 +301,38 @@ absl::Status AnswerBecome(int fd, const absl::Status& applied) {
                                                              : absl::StatusOr<pid_t>(applied)));
 }
 
+bool IdlePriorityReversible() {
+  if (sched_getscheduler(0) != SCHED_OTHER) return false;
+  bool reversible = false;
+  // pid 0: the calling thread only, so the probe changes nothing else.
+  std::thread probe([&reversible] {
+    sched_param none{};
+    if (sched_setscheduler(0, SCHED_IDLE, &none) != 0) return;
+    reversible = sched_setscheduler(0, SCHED_OTHER, &none) == 0;
+  });
+  probe.join();
+  return reversible;
+}
+
+absl::Status LeaveIdlePriority(pid_t pid) {
+  const std::string tasks = pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
+    pid_t tid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &tid)) continue;
+    if (sched_getscheduler(tid) != SCHED_IDLE) continue;  // a thread gone meanwhile: -1
+    sched_param none{};
+    if (sched_setscheduler(tid, SCHED_OTHER, &none) != 0 && errno != ESRCH) {
+      return Errno(absl::StrCat("leaving SCHED_IDLE (thread ", tid, ")"));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", tasks, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
 absl::Status ApplyBecome(ReceivedBecome& received) {
   const BecomeRequest& r = received.request;
+  if (absl::Status s = LeaveIdlePriority(); !s.ok()) return s;
   if (clearenv() != 0) return absl::InternalError("clearenv failed");
   for (const auto& [k, v] : r.env) {
     if (setenv(k.c_str(), v.c_str(), 1) != 0) return Errno(absl::StrCat("setenv ", k));

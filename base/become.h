@@ -90,10 +90,29 @@ absl::Status SendWarmMessage(int fd, absl::string_view message);
 // Warm side, in the process that became the worker: the answer, "ok
 // <this pid>", or the error `applied` (ApplyBecome's result).
 absl::Status AnswerBecome(int fd, const absl::Status& applied);
-// Warm side, in the process that becomes the worker: the environment
-// replaced, the cwd, stdout and stderr on the received fds (closed after),
-// its CPUs and memory node (best effort, as at exec). Errors name the step.
+// Warm side, in the process that becomes the worker: back from SCHED_IDLE
+// (LeaveIdlePriority), the environment replaced, the cwd, stdout and stderr
+// on the received fds (closed after), its CPUs and memory node (best
+// effort, as at exec). Errors name the step.
 absl::Status ApplyBecome(ReceivedBecome& received);
+
+// The waiting priority. A spare may start at SCHED_IDLE (the launcher's
+// rule: launcher/agent/warm_pool.h): it loads and waits on CPUs the workers
+// leave idle, so a group in training is not slowed by the spares that
+// would serve its restart. The worker it becomes is at SCHED_OTHER again,
+// as an exec'd one is. The
+// kernel lets a thread leave SCHED_IDLE only with CAP_SYS_NICE or an
+// RLIMIT_NICE that allows its nice value (20 - nice): where it does not,
+// spares wait at the launcher's priority.
+//
+// Whether the calling process runs at SCHED_OTHER and a thread of it can
+// go to SCHED_IDLE and back (a probe thread tries: the kernel's rule, not
+// a copy of it).
+bool IdlePriorityReversible();
+// Every thread of process `pid` (0: this one) that is at SCHED_IDLE back to
+// SCHED_OTHER, its nice value kept. Errors name the thread and the
+// kernel's reason.
+absl::Status LeaveIdlePriority(pid_t pid = 0);
 
 }  // namespace cpptorchrun::base
 

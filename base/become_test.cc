@@ -2,11 +2,15 @@
 // exchange with a forked warm process that takes on the request.
 #include "base/become.h"
 
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -119,6 +123,47 @@ TEST(BecomeTest, AWarmChildBecomesTheRequestedWorker) {
   EXPECT_EQ(text, "rank=7 cwd=/ home=-\n");
   EXPECT_EQ(err_text, "to stderr\n");
   close(sock[0]);
+}
+
+// A spare waits at SCHED_IDLE with a thread of its own (LibTorch starts
+// some); once it is the worker, every thread is at SCHED_OTHER. In a child
+// process, so that the test's own priority is never at stake.
+TEST(BecomeTest, ASpareAtIdlePriorityBecomesAWorkerAtTheNormalOne) {
+  if (!IdlePriorityReversible()) {
+    GTEST_SKIP() << "this process may not bring a SCHED_IDLE thread back (no CAP_SYS_NICE, RLIMIT_NICE "
+                    "below 20 - nice): spares wait at the launcher's priority here";
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sched_param none{};
+    if (sched_setscheduler(0, SCHED_IDLE, &none) != 0) _exit(2);
+    int hold[2];
+    if (pipe(hold) != 0) _exit(3);
+    std::atomic<pid_t> tid{0};
+    std::thread waiter([&] {  // inherits SCHED_IDLE
+      tid = static_cast<pid_t>(syscall(SYS_gettid));
+      char c;
+      (void)!read(hold[0], &c, 1);
+    });
+    for (int i = 0; i < 10000000 && tid.load() == 0; ++i) std::this_thread::yield();
+    if (tid.load() == 0 || sched_getscheduler(tid) != SCHED_IDLE) _exit(4);
+    ReceivedBecome got;
+    got.request.cwd = "/";
+    got.request.env = {{"RANK", "1"}};
+    got.stdout_fd = dup(STDOUT_FILENO);
+    got.stderr_fd = dup(STDERR_FILENO);
+    const bool applied = ApplyBecome(got).ok();
+    const bool main_normal = sched_getscheduler(0) == SCHED_OTHER;
+    const bool thread_normal = sched_getscheduler(tid) == SCHED_OTHER;
+    (void)!write(hold[1], "x", 1);
+    waiter.join();
+    _exit(!applied ? 5 : !main_normal ? 6 : !thread_normal ? 7 : 0);
+  }
+  int ws = 0;
+  ASSERT_EQ(waitpid(child, &ws, 0), child);
+  // 4: the thread never started or was not idle, 5: ApplyBecome failed, 6: the main thread, 7: the other thread still idle.
+  EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << "child exit " << WEXITSTATUS(ws);
 }
 
 TEST(BecomeTest, AClosedWarmSocketIsUnavailable) {

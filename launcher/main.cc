@@ -2,6 +2,7 @@
 // the program, sets up the rendezvous (an embedded server for a single node
 // or --standalone, else a client of --rdzv_endpoint), the agent service and
 // the real process launcher, runs the elastic agent, and exits with its code.
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/become.h"
 #include "base/flags.h"
 #include "base/token.h"
 #include "launcher/agent/agent_service.h"
@@ -475,6 +477,31 @@ int ExitCodeFor(const absl::Status& status) {
   return 1;
 }
 
+// Before the job's first restart, spares where the workers leave CPUs idle
+// (launcher/agent/warm_pool.h): this launcher's CPUs against the workers'
+// threads (OMP_NUM_THREADS as they will have it: the user's, else 1 when
+// several workers share the node, else LibTorch's default, every CPU).
+WarmPoolOptions::Before SparesBeforeRestartHere(int nproc, const std::map<std::string, std::string>& env) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int threads = nproc > 1 ? 1 : cpus;
+  if (auto it = env.find("OMP_NUM_THREADS"); it != env.end()) {
+    int v = 0;
+    if (absl::SimpleAtoi(it->second, &v) && v > 0) threads = v;
+  }
+  const bool reversible = base::IdlePriorityReversible();
+  const WarmPoolOptions::Before before = SparesBeforeRestart(cpus, nproc, threads, reversible);
+  if (before == WarmPoolOptions::Before::kNone) {
+    spdlog::info("warm spares: {} workers x {} threads keep this node's {} CPUs busy; spares start after the "
+                 "job's first restart", nproc, threads, cpus);
+  } else if (before == WarmPoolOptions::Before::kNormal) {
+    spdlog::info("warm spares load at the workers' priority: this launcher may not bring a SCHED_IDLE process "
+                 "back (no CAP_SYS_NICE, RLIMIT_NICE below 20 - nice), or it is not at SCHED_OTHER");
+  }
+  return before;
+}
+
 // Warm starts (launcher/agent/warm_pool.h): Python workers forked from
 // the forkserver under --start_method forkserver|fork, warm spares for
 // programs that say they can wait warm (train).
@@ -483,6 +510,7 @@ WarmPoolOptions WarmPoolOptionsFor(const LaunchConfig& c, const LocalPlan& plan,
                                    EventLog* event_sink, const std::string& private_dir) {
   WarmPoolOptions wo;
   wo.spares = c.warm_spares;
+  if (wo.spares) wo.before_restart = SparesBeforeRestartHere(plan.nproc, env);
   wo.program_argv = plan.argv;
   wo.base_env = env;
   // Which job a warm process belongs to, for operators (ps e) and sweeps:

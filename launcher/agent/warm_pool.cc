@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -53,6 +54,13 @@ WarmPool::~WarmPool() {
   }
 }
 
+WarmPoolOptions::Before SparesBeforeRestart(int cpus, int local_world_size, int threads, bool idle_reversible) {
+  using Before = WarmPoolOptions::Before;
+  const int64_t busy = int64_t{local_world_size} * std::max(threads, 1);
+  if (cpus <= busy) return Before::kNone;
+  return idle_reversible ? Before::kIdle : Before::kNormal;
+}
+
 void WarmPool::Event(absl::string_view name, std::vector<EventField> fields) {
   if (o_.events != nullptr) o_.events->Record(name, std::move(fields));
 }
@@ -65,7 +73,8 @@ std::map<int, pid_t> WarmPool::spares() const {
 
 absl::StatusOr<WarmPool::Warm> WarmPool::StartWarmProcess(const std::vector<std::string>& argv,
                                                           std::map<std::string, std::string> env,
-                                                          const std::vector<int>& cpus, int memory_node) {
+                                                          const std::vector<int>& cpus, int memory_node,
+                                                          bool idle) {
   int sock[2];
   if (absl::Status s = base::WarmSocketPair(sock); !s.ok()) return s;
   ProcessSpec spec;
@@ -78,13 +87,14 @@ absl::StatusOr<WarmPool::Warm> WarmPool::StartWarmProcess(const std::vector<std:
   spec.cpus = cpus;
   spec.memory_node = memory_node;
   spec.pass_fd = sock[1];
+  spec.idle_priority = idle;
   absl::StatusOr<pid_t> pid = inner_->Start(spec);
   close(sock[1]);
   if (!pid.ok()) {
     close(sock[0]);
     return pid.status();
   }
-  return Warm{*pid, sock[0], false};
+  return Warm{*pid, sock[0], false, idle};
 }
 
 void WarmPool::Discard(Warm& w) {
@@ -115,7 +125,8 @@ void WarmPool::StartSpare(int local_rank) {
   const size_t lr = static_cast<size_t>(local_rank);
   absl::StatusOr<Warm> w = StartWarmProcess(o_.program_argv, o_.base_env,
                                             lr < o_.cpus.size() ? o_.cpus[lr] : std::vector<int>{},
-                                            lr < o_.memory_node.size() ? o_.memory_node[lr] : -1);
+                                            lr < o_.memory_node.size() ? o_.memory_node[lr] : -1,
+                                            !restarted_ && o_.before_restart == WarmPoolOptions::Before::kIdle);
   if (!w.ok()) {
     spdlog::warn("cannot start a warm spare for local rank {}: {}; restarts exec afresh", local_rank,
                  w.status().ToString());
@@ -123,11 +134,13 @@ void WarmPool::StartSpare(int local_rank) {
     return;
   }
   spares_[local_rank] = *w;
-  Event("spare_started", {{"local_rank", int64_t{local_rank}}, {"pid", int64_t{w->pid}}});
+  Event("spare_started", {{"local_rank", int64_t{local_rank}}, {"pid", int64_t{w->pid}},
+                         {"priority", std::string(w->idle ? "idle" : "normal")}});
 }
 
 void WarmPool::StartForkserver() {
-  absl::StatusOr<Warm> w = StartWarmProcess(o_.forkserver_argv, o_.base_env, {}, -1);
+  // The forkserver's imports are on the first start's path: its priority.
+  absl::StatusOr<Warm> w = StartWarmProcess(o_.forkserver_argv, o_.base_env, {}, -1, false);
   if (!w.ok()) {
     spdlog::warn("cannot start the forkserver: {}; workers are spawned", w.status().ToString());
     forkserver_off_ = true;
@@ -142,7 +155,9 @@ void WarmPool::Begin() {
 }
 
 void WarmPool::PrepareNextStart() {
+  group_ran_ = true;
   if (!o_.spares || spares_off_) return;
+  if (!restarted_ && o_.before_restart == WarmPoolOptions::Before::kNone) return;
   for (int lr = 0; lr < o_.local_world_size && !spares_off_; ++lr) {
     if (spares_.count(lr) == 0) StartSpare(lr);
   }
@@ -151,6 +166,12 @@ void WarmPool::PrepareNextStart() {
 absl::StatusOr<pid_t> WarmPool::FromSpare(const ProcessSpec& spec, int local_rank) {
   Warm w = spares_[local_rank];
   spares_.erase(local_rank);
+  if (w.idle && !w.ready) {
+    // Needed now: it loads at the workers' priority (they are stopped).
+    if (absl::Status s = base::LeaveIdlePriority(w.pid); !s.ok()) {
+      spdlog::warn("the warm spare of local rank {} stays at SCHED_IDLE: {}", local_rank, s.ToString());
+    }
+  }
   // A spare still loading may finish; one that takes longer than a
   // hand-over may is given up (an exec would load just as long).
   if (!Ready(w, absl::StrCat("the warm spare of local rank ", local_rank), o_.become_timeout)) {
@@ -201,6 +222,7 @@ absl::StatusOr<pid_t> WarmPool::FromForkserver(const ProcessSpec& spec) {
 
 absl::StatusOr<pid_t> WarmPool::Start(const ProcessSpec& spec) {
   const int lr = spec.slot;
+  if (lr >= 0 && group_ran_) restarted_ = true;
   absl::StatusOr<pid_t> pid = absl::UnavailableError("no warm process");
   std::string from;
   if (lr >= 0 && spares_.count(lr) != 0) {

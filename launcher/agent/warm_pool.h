@@ -9,6 +9,15 @@
 //   group is running. A spare that dies while waiting is replaced at once
 //   (after max_losses losses in a row, spares are turned off, with a
 //   warning).
+//   Before the job's first restart a spare costs a job that never fails
+//   its start-up (LibTorch and the data set, about a CPU-second each), so:
+//   where the node has CPUs its workers leave idle, spares start at
+//   SCHED_IDLE (base/become.h) and load there; where the workers keep
+//   every CPU busy, no spare starts and the first restart execs. A spare
+//   needed while it is still loading is brought to the workers' priority
+//   at once. Once the job has restarted, spares start at the workers'
+//   priority: a job that failed once is the one likely to fail again, and
+//   its spares are then ready for it (SparesBeforeRestart).
 // - The forkserver (Python scripts under --start_method forkserver): one
 //   per node, started with the pool, imports the preloaded modules once;
 //   every worker is forked from it (launcher/agent/forkserver.py) and
@@ -49,6 +58,9 @@ struct WarmPoolOptions {
   int local_world_size = 1;
   std::vector<std::vector<int>> cpus;
   std::vector<int> memory_node;
+  // Spares before the job's first restart (SparesBeforeRestart).
+  enum class Before { kNone, kIdle, kNormal };
+  Before before_restart = Before::kNormal;
   // The forkserver: how to start it (python -u forkserver.py MODULES...),
   // with base_env. Empty: none.
   std::vector<std::string> forkserver_argv;
@@ -62,6 +74,11 @@ struct WarmPoolOptions {
   // Not owned; may be null.
   EventLog* events = nullptr;
 };
+
+// The rule above, pure: `cpus` the launcher may run on, `threads` each
+// worker's (OMP_NUM_THREADS), whether a SCHED_IDLE spare can be brought
+// back (base::IdlePriorityReversible).
+WarmPoolOptions::Before SparesBeforeRestart(int cpus, int local_world_size, int threads, bool idle_reversible);
 
 // Writes the forkserver (forkserver.py, embedded) into `dir` (0600); its path.
 absl::StatusOr<std::string> WriteForkserver(const std::string& dir);
@@ -98,10 +115,11 @@ class WarmPool final : public ProcessLauncher {
     pid_t pid = 0;
     int socket = -1;
     bool ready = false;
+    bool idle = false;  // started at SCHED_IDLE
   };
   absl::StatusOr<Warm> StartWarmProcess(const std::vector<std::string>& argv,
                                         std::map<std::string, std::string> env,
-                                        const std::vector<int>& cpus, int memory_node);
+                                        const std::vector<int>& cpus, int memory_node, bool idle);
   void StartSpare(int local_rank);
   void StartForkserver();
   // Stops a warm process the pool gives up on: SIGKILL to its group; its
@@ -122,6 +140,9 @@ class WarmPool final : public ProcessLauncher {
   std::map<int, Warm> spares_;
   int spare_losses_ = 0;
   bool spares_off_ = false;
+  // A group has run (PrepareNextStart), and a group started after it.
+  bool group_ran_ = false;
+  bool restarted_ = false;
   Warm forkserver_;
   int forkserver_losses_ = 0;
   bool forkserver_off_ = false;

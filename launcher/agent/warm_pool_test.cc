@@ -4,6 +4,7 @@
 // children, and every failure falling back to exec.
 #include "launcher/agent/warm_pool.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -11,9 +12,11 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <variant>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/become.h"
 #include "gtest/gtest.h"
 
 namespace cpptorchrun::launcher {
@@ -125,6 +128,99 @@ TEST_F(WarmPoolTest, ASpareBecomesTheWorkerWithItsEnvironment) {
   ASSERT_TRUE(second.ok());
   ASSERT_TRUE(WaitExit(pool, *second).has_value());
   EXPECT_EQ(Read("m2"), "exec MARK=m2\n");
+}
+
+// Until the job has restarted, spares wait at SCHED_IDLE and the worker a
+// spare becomes is at SCHED_OTHER; after a restart, spares start at the
+// workers' priority.
+TEST_F(WarmPoolTest, SparesWaitIdleUntilTheJobHasRestarted) {
+  if (!base::IdlePriorityReversible()) {
+    GTEST_SKIP() << "this process may not bring a SCHED_IDLE process back (no CAP_SYS_NICE, RLIMIT_NICE "
+                    "below 20 - nice): spares wait at the launcher's priority here";
+  }
+  WarmPoolOptions o = Options();
+  o.spares = true;
+  o.before_restart = WarmPoolOptions::Before::kIdle;
+  o.program_argv = {Helper(), "spare"};
+  WarmPool pool(inner_.get(), o);
+  pool.PrepareNextStart();
+  const pid_t spare = pool.spares().at(0);
+  EXPECT_EQ(sched_getscheduler(spare), SCHED_IDLE);
+  ProcessSpec worker = Worker("m1");
+  worker.env["PRINT_POLICY"] = "1";
+  auto pid = pool.Start(worker);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(*pid, spare);
+  ASSERT_TRUE(WaitExit(pool, *pid).has_value());
+  EXPECT_EQ(Read("m1"), absl::StrCat("warm MARK=m1 policy=", SCHED_OTHER, "\n"));
+  // That start was a restart (a group had run): the next spare is normal.
+  pool.PrepareNextStart();
+  const pid_t next = pool.spares().at(0);
+  EXPECT_EQ(sched_getscheduler(next), SCHED_OTHER);
+  std::vector<std::string> priorities;
+  for (const auto& [name, fields] : events_.events()) {
+    if (name != "spare_started") continue;
+    for (const auto& [k, v] : fields) {
+      if (k == "priority") priorities.push_back(std::get<std::string>(v));
+    }
+  }
+  EXPECT_EQ(priorities, (std::vector<std::string>{"idle", "normal"}));
+}
+
+// A spare needed while it is still loading at SCHED_IDLE is brought to the
+// workers' priority at once (this one says ready only then).
+TEST_F(WarmPoolTest, ASpareNeededWhileLoadingIsBroughtToTheWorkersPriority) {
+  if (!base::IdlePriorityReversible()) {
+    GTEST_SKIP() << "this process may not bring a SCHED_IDLE process back: spares wait at the "
+                    "launcher's priority here";
+  }
+  WarmPoolOptions o = Options();
+  o.spares = true;
+  o.before_restart = WarmPoolOptions::Before::kIdle;
+  o.become_timeout = absl::Seconds(30);
+  o.program_argv = {Helper(), "late-spare"};
+  WarmPool pool(inner_.get(), o);
+  pool.PrepareNextStart();
+  const pid_t spare = pool.spares().at(0);
+  auto pid = pool.Start(Worker("m1"));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(*pid, spare);
+  EXPECT_EQ(Count("warm_fallback"), 0);
+  ASSERT_TRUE(WaitExit(pool, *pid).has_value());
+  EXPECT_EQ(Read("m1"), "warm MARK=m1\n");
+}
+
+TEST(SparesBeforeRestartTest, IdleCpusGetIdleSparesBusyOnesNone) {
+  using Before = WarmPoolOptions::Before;
+  EXPECT_EQ(SparesBeforeRestart(2, 1, 1, true), Before::kIdle);
+  EXPECT_EQ(SparesBeforeRestart(2, 1, 1, false), Before::kNormal);
+  EXPECT_EQ(SparesBeforeRestart(2, 2, 1, true), Before::kNone);   // every CPU a worker's
+  EXPECT_EQ(SparesBeforeRestart(2, 1, 2, true), Before::kNone);   // two threads each
+  EXPECT_EQ(SparesBeforeRestart(96, 8, 4, true), Before::kIdle);  // a GPU node
+  EXPECT_EQ(SparesBeforeRestart(8, 8, 0, false), Before::kNone);  // threads < 1 counts as 1
+}
+
+// Where the workers keep every CPU busy: no spare until the job has
+// restarted; then spares at the workers' priority.
+TEST_F(WarmPoolTest, NoSpareBeforeTheFirstRestartWhereEveryCpuIsBusy) {
+  WarmPoolOptions o = Options();
+  o.spares = true;
+  o.before_restart = WarmPoolOptions::Before::kNone;
+  o.program_argv = {Helper(), "spare"};
+  WarmPool pool(inner_.get(), o);
+  auto first = pool.Start(Worker("m1"));
+  ASSERT_TRUE(first.ok());
+  pool.PrepareNextStart();
+  EXPECT_TRUE(pool.spares().empty());
+  ASSERT_TRUE(WaitExit(pool, *first).has_value());
+  EXPECT_EQ(Read("m1"), "exec MARK=m1\n");
+  auto second = pool.Start(Worker("m2"));  // the restart: exec'd
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(WaitExit(pool, *second).has_value());
+  EXPECT_EQ(Read("m2"), "exec MARK=m2\n");
+  pool.PrepareNextStart();
+  ASSERT_EQ(pool.spares().size(), 1u);
+  EXPECT_EQ(sched_getscheduler(pool.spares().at(0)), SCHED_OTHER);
 }
 
 TEST_F(WarmPoolTest, ASpareThatDiesWhileWaitingIsReplaced) {

@@ -76,6 +76,7 @@ struct ExecImage {
     bind_cpus = !spec.cpus.empty();
     prefer_node = spec.memory_node >= 0 && spec.memory_node < 1024;
     if (prefer_node) node_mask[spec.memory_node / 64] |= 1UL << (spec.memory_node % 64);
+    idle = spec.idle_priority;
   }
   ExecImage(const ExecImage&) = delete;
   ExecImage& operator=(const ExecImage&) = delete;
@@ -88,11 +89,12 @@ struct ExecImage {
   bool bind_cpus = false;
   unsigned long node_mask[16] = {0};  // 1024 nodes
   bool prefer_node = false;
+  bool idle = false;
 };
 
 // The child between vfork and exec: its own process group, killed with its
 // parent, the pipes as stdout/stderr, default signal dispositions and an
-// empty mask, its CPUs and memory node; on exec failure its errno in the
+// empty mask, its CPUs, memory node and scheduling policy; on exec failure its errno in the
 // parent's memory and exit 127.
 [[noreturn]] void ExecChild(const ExecImage& image, int out_w, int err_w, int pass_fd, pid_t parent,
                             volatile int* child_errno) {
@@ -114,9 +116,13 @@ struct ExecImage {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Both are raw system calls on this task alone, inherited across exec.
+  // Raw system calls on this task alone, inherited across exec.
   if (image.bind_cpus) sched_setaffinity(0, sizeof(image.cpus), &image.cpus);
   if (image.prefer_node) syscall(SYS_set_mempolicy, kMpolPreferred, image.node_mask, 1024 + 1);
+  if (image.idle) {
+    sched_param none{};
+    sched_setscheduler(0, SCHED_IDLE, &none);
+  }
   execve(image.argv[0], image.argv.data(), image.envp.data());
   *child_errno = errno;
   _exit(127);

@@ -65,6 +65,10 @@ struct ProcessSpec {
   // Exec'd processes only: this fd is the child's fd 3 (base::kWarmFd), the
   // warm process's end of its socket; -1: none.
   int pass_fd = -1;
+  // Exec'd processes only: the child starts at SCHED_IDLE (a warm spare,
+  // base/become.h: it runs on CPUs nothing else wants until it becomes a
+  // worker and leaves it).
+  bool idle_priority = false;
 };
 
 struct ProcessEvent {

@@ -139,6 +139,22 @@ TEST_F(ProcessTest, PassedFdIsTheChildsFdThree) {
   close(sock[0]);
 }
 
+// A spare's spec starts at SCHED_IDLE (going there needs no privilege);
+// any other at the launcher's policy.
+TEST_F(ProcessTest, AnIdlePrioritySpecStartsAtSchedIdle) {
+  for (const bool idle : {true, false}) {
+    ProcessSpec spec = Shell("chrt -p $$");
+    spec.idle_priority = idle;
+    auto pid = launcher_->Start(spec);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    ASSERT_TRUE(WaitExit(*pid).has_value());
+    launcher_->DrainOutput(absl::Now() + absl::Seconds(10));
+    const std::string out = Read("out.log");
+    EXPECT_EQ(out.find("SCHED_IDLE") != std::string::npos, idle) << out;
+    ASSERT_EQ(unlink((dir_ + "/out.log").c_str()), 0);
+  }
+}
+
 // A warm start: a forked child of this test waits on the socket, takes on
 // the spec, and its output comes through the launcher's sinks like an
 // exec'd worker's.
