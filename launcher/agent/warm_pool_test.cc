@@ -49,6 +49,19 @@ class WarmPoolTest : public ::testing::Test {
     return o;
   }
 
+  // Spares of warm_test_process in `mode`, at SCHED_IDLE before a restart.
+  WarmPoolOptions IdleSpares(const std::string& mode) {
+    WarmPoolOptions o = Options();
+    o.spares = true;
+    o.before_restart = WarmPoolOptions::Before::kIdle;
+    o.become_timeout = absl::Seconds(30);
+    o.program_argv = {Helper(), mode};
+    return o;
+  }
+  static constexpr char kNotReversible[] =
+      "this process may not bring a SCHED_IDLE process back (no CAP_SYS_NICE, RLIMIT_NICE below 20 - nice): "
+      "spares wait at the launcher's priority here";
+
   ProcessSpec Worker(const std::string& mark, int local_rank = 0, int exit_code = 0) {
     ProcessSpec s;
     s.argv = {Helper(), "plain"};
@@ -134,15 +147,8 @@ TEST_F(WarmPoolTest, ASpareBecomesTheWorkerWithItsEnvironment) {
 // spare becomes is at SCHED_OTHER; after a restart, spares start at the
 // workers' priority.
 TEST_F(WarmPoolTest, SparesWaitIdleUntilTheJobHasRestarted) {
-  if (!base::IdlePriorityReversible()) {
-    GTEST_SKIP() << "this process may not bring a SCHED_IDLE process back (no CAP_SYS_NICE, RLIMIT_NICE "
-                    "below 20 - nice): spares wait at the launcher's priority here";
-  }
-  WarmPoolOptions o = Options();
-  o.spares = true;
-  o.before_restart = WarmPoolOptions::Before::kIdle;
-  o.program_argv = {Helper(), "spare"};
-  WarmPool pool(inner_.get(), o);
+  if (!base::IdlePriorityReversible()) GTEST_SKIP() << kNotReversible;
+  WarmPool pool(inner_.get(), IdleSpares("spare"));
   pool.PrepareNextStart();
   const pid_t spare = pool.spares().at(0);
   EXPECT_EQ(sched_getscheduler(spare), SCHED_IDLE);
@@ -170,16 +176,8 @@ TEST_F(WarmPoolTest, SparesWaitIdleUntilTheJobHasRestarted) {
 // A spare needed while it is still loading at SCHED_IDLE is brought to the
 // workers' priority at once (this one says ready only then).
 TEST_F(WarmPoolTest, ASpareNeededWhileLoadingIsBroughtToTheWorkersPriority) {
-  if (!base::IdlePriorityReversible()) {
-    GTEST_SKIP() << "this process may not bring a SCHED_IDLE process back: spares wait at the "
-                    "launcher's priority here";
-  }
-  WarmPoolOptions o = Options();
-  o.spares = true;
-  o.before_restart = WarmPoolOptions::Before::kIdle;
-  o.become_timeout = absl::Seconds(30);
-  o.program_argv = {Helper(), "late-spare"};
-  WarmPool pool(inner_.get(), o);
+  if (!base::IdlePriorityReversible()) GTEST_SKIP() << kNotReversible;
+  WarmPool pool(inner_.get(), IdleSpares("late-spare"));
   pool.PrepareNextStart();
   const pid_t spare = pool.spares().at(0);
   auto pid = pool.Start(Worker("m1"));
