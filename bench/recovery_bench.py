@@ -95,15 +95,35 @@ class LogWatch:
         self._thread.join(timeout=5)
 
 
-def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
+def spares_ready_in(events, nproc):
+    """Whether a node's event log shows `nproc` ready spares not yet used."""
+    ready = len(jobs.named(events, "spare_ready"))
+    used = len(jobs.named(events, "warm_started", **{"from": "spare"}))
+    lost = len(jobs.named(events, "spare_lost"))
+    return ready - used - lost >= nproc
+
+
+def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch, spares_ready=None):
     """`kills` times: waits for a new checkpoint, kills a victim with
     SIGKILL, and times the resume and the first step after it. Returns each
-    kill's (kill, resumed, first step) in Unix seconds."""
+    kill's (kill, resumed, first step) in Unix seconds.
+
+    spares_ready: for a job with warm spares, whether every node's spares
+    are ready. Where the workers keep every CPU busy, a job has no spare
+    until its first restart (launcher/agent/warm_pool.h), so that kill is
+    timed apart (<name>/no_spare_yet/...), and each later kill waits for
+    the restarted group's spares as for its checkpoint: `kills` kills with
+    spares follow it."""
     wall = time.time() - time.monotonic()
     kills_at = []
-    for k in range(kills):
+    for k in range(kills + (1 if spares_ready else 0)):
         token = checkpoint_token()
         harness.wait_for(lambda: checkpoint_token() != token or not alive(), 300, "a new checkpoint")
+        figure = name
+        if spares_ready and k == 0 and not spares_ready():
+            figure = name + "/no_spare_yet"
+        elif spares_ready:
+            harness.wait_for(lambda: spares_ready() or not alive(), 300, "the warm spares")
         pids = harness.wait_for(lambda: victims() or not alive(), 120, "workers to kill")
         if not alive():
             raise RuntimeError("%s: the job ended after %d kills; lengthen it" % (name, k))
@@ -111,9 +131,9 @@ def kill_and_time(res, name, kills, alive, victims, checkpoint_token, watch):
         os.kill(pids[-1], signal.SIGKILL)
         resumed = watch.wait(RESUMED, t0, 120, "resume after kill %d (%s)" % (k + 1, name))
         stepped = watch.wait(STEP, resumed - 1e-9, 120, "first step after kill %d (%s)" % (k + 1, name))
-        res.add("recovery/%s/kill_to_resumed_ms" % name, (resumed - t0) * 1e3, "ms")
-        res.add("recovery/%s/kill_to_first_step_ms" % name, (stepped - t0) * 1e3, "ms")
-        res.add("recovery/%s/resumed_to_first_step_ms" % name, (stepped - resumed) * 1e3, "ms")
+        res.add("recovery/%s/kill_to_resumed_ms" % figure, (resumed - t0) * 1e3, "ms")
+        res.add("recovery/%s/kill_to_first_step_ms" % figure, (stepped - t0) * 1e3, "ms")
+        res.add("recovery/%s/resumed_to_first_step_ms" % figure, (stepped - resumed) * 1e3, "ms")
         kills_at.append((t0 + wall, resumed + wall, stepped + wall))
     return kills_at
 
@@ -189,7 +209,7 @@ def one_node(ctx, res, kills, warm=True):
     log = os.path.join(work, "job.log")
     logs = os.path.join(work, "logs")
     argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
-            "--fake_gpus=2", "--max_restarts=%d" % (kills + 2), "--monitor_interval=" + MONITOR_INTERVAL,
+            "--fake_gpus=2", "--max_restarts=%d" % (kills + 3), "--monitor_interval=" + MONITOR_INTERVAL,
             "--warm_spares", "true" if warm else "false", "--log_dir", logs,
             os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--checkpoint_every",
             CHECKPOINT_EVERY, "--checkpoint_dir", ckpt, "--progress", "lines"]
@@ -197,7 +217,8 @@ def one_node(ctx, res, kills, warm=True):
     watch = LogWatch([log])
     try:
         kill_and_time(res, name, kills, lambda: p.poll() is None,
-                      lambda: jobs.current_workers(jobs.events_in(logs), p.pid), newest_checkpoint(ckpt), watch)
+                      lambda: jobs.current_workers(jobs.events_in(logs), p.pid), newest_checkpoint(ckpt), watch,
+                      spares_ready=(lambda: spares_ready_in(jobs.events_in(logs), 2)) if warm else None)
         # Where a restarted worker's time went (rank 0's first line).
         for _t, text in watch.lines if warm else []:
             m = re.search(r"started in ([\d.]+) s \(before main ([\d.]+) s, data ([\d.]+) s, "
@@ -208,7 +229,7 @@ def one_node(ctx, res, kills, warm=True):
         add_restart_phases(res, name, logs)
         warm_starts = len(jobs.named(jobs.events_in(logs), "warm_started"))
         res.note("recovery", "%s: %d of %d restarted workers came from a warm spare"
-                 % (name, warm_starts, 2 * kills))
+                 % (name, warm_starts, 2 * (kills + 1 if warm else kills)))
     finally:
         watch.close()
         stop(p)
@@ -272,14 +293,15 @@ def two_nodes(ctx, res, kills, backend="c10d"):
                       else jobs.RdzvServer(cluster.hosts[0], work))
             conf = jobs.fast_rdzv_conf(0.5, 4, last_call=0.2) + ["--monitor_interval", MONITOR_INTERVAL]
             train = ["--epochs", "3", "--checkpoint_every", CHECKPOINT_EVERY, "--progress", "lines"]
-            a, b = [jobs.Node(cluster.hosts[i], work, n, server.endpoint, "2:2", max_restarts=kills + 2,
+            a, b = [jobs.Node(cluster.hosts[i], work, n, server.endpoint, "2:2", max_restarts=kills + 3,
                               launcher_args=conf, train_args=train, backend=backend)
                     for i, n in ((1, "a"), (2, "b"))]
             watch = LogWatch([a.log, b.log])
             try:
                 kill_and_time(res, "cpptorchrun/" + name, kills,
                               lambda: a.proc.poll() is None and b.proc.poll() is None,
-                              b.worker_pids, newest_checkpoint(os.path.join(work, "ckpt")), watch)
+                              b.worker_pids, newest_checkpoint(os.path.join(work, "ckpt")), watch,
+                              spares_ready=lambda: all(spares_ready_in(n.events_so_far(), 2) for n in (a, b)))
                 # The killed node's restarts, phase by phase (its event log).
                 for e in jobs.named(b.events_so_far(), "restart_completed"):
                     for phase in RESTART_PHASES:

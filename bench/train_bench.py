@@ -42,8 +42,10 @@ def _run_json(argv, timeout):
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                            env=env, cwd=ROOT)
         if p.returncode != 0 or not os.path.exists(path):
-            raise RuntimeError("%s exited %d:\n%s" % (argv[0], p.returncode,
-                                                      p.stdout.decode(errors="replace")[-2000:]))
+            text = p.stdout.decode(errors="replace")
+            # The workers' own errors first (the tail is often the launcher's traceback).
+            errors = [l for l in text.splitlines() if "Error:" in l][:3]
+            raise RuntimeError("%s exited %d:\n%s\n%s" % (argv[0], p.returncode, "\n".join(errors), text[-2000:]))
         with open(path) as f:
             return json.load(f)
 
