@@ -20,6 +20,7 @@
 #include "base/become.h"
 #include "base/flags.h"
 #include "base/token.h"
+#include "launcher/workers/worker_env.h"
 #include "launcher/agent/agent_service.h"
 #include "launcher/agent/elastic_agent.h"
 #include "base/http_server.h"
@@ -479,17 +480,12 @@ int ExitCodeFor(const absl::Status& status) {
 
 // Before the job's first restart, spares where the workers leave CPUs idle
 // (launcher/agent/warm_pool.h): this launcher's CPUs against the workers'
-// threads (OMP_NUM_THREADS as they will have it: the user's, else 1 when
-// several workers share the node, else LibTorch's default, every CPU).
+// threads (WorkerThreads: OMP_NUM_THREADS as they will have it).
 WarmPoolOptions::Before SparesBeforeRestartHere(int nproc, const std::map<std::string, std::string>& env) {
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int threads = nproc > 1 ? 1 : cpus;
-  if (auto it = env.find("OMP_NUM_THREADS"); it != env.end()) {
-    int v = 0;
-    if (absl::SimpleAtoi(it->second, &v) && v > 0) threads = v;
-  }
+  const int threads = WorkerThreads(env, nproc, cpus);
   const bool reversible = base::IdlePriorityReversible();
   const WarmPoolOptions::Before before = SparesBeforeRestart(cpus, nproc, threads, reversible);
   if (before == WarmPoolOptions::Before::kNone) {

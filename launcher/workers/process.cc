@@ -94,8 +94,8 @@ struct ExecImage {
 
 // The child between vfork and exec: its own process group, killed with its
 // parent, the pipes as stdout/stderr, default signal dispositions and an
-// empty mask, its CPUs, memory node and scheduling policy; on exec failure its errno in the
-// parent's memory and exit 127.
+// empty mask, its CPUs, memory node and scheduling policy; on exec failure
+// its errno in the parent's memory and exit 127.
 [[noreturn]] void ExecChild(const ExecImage& image, int out_w, int err_w, int pass_fd, pid_t parent,
                             volatile int* child_errno) {
   setpgid(0, 0);
@@ -120,8 +120,8 @@ struct ExecImage {
   if (image.bind_cpus) sched_setaffinity(0, sizeof(image.cpus), &image.cpus);
   if (image.prefer_node) syscall(SYS_set_mempolicy, kMpolPreferred, image.node_mask, 1024 + 1);
   if (image.idle) {
-    sched_param none{};
-    sched_setscheduler(0, SCHED_IDLE, &none);
+    sched_param param{};
+    sched_setscheduler(0, SCHED_IDLE, &param);
   }
   execve(image.argv[0], image.argv.data(), image.envp.data());
   *child_errno = errno;

@@ -3,10 +3,26 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace cpptorchrun::launcher {
+namespace {
+
+// torchrun's OMP_NUM_THREADS where the user set none: 1 for several
+// workers on a node (none for one).
+bool OneThreadEach(int local_world_size) { return local_world_size > 1; }
+
+}  // namespace
+
+int WorkerThreads(const std::map<std::string, std::string>& base, int local_world_size, int cpus) {
+  if (auto it = base.find("OMP_NUM_THREADS"); it != base.end()) {
+    int v = 0;
+    if (absl::SimpleAtoi(it->second, &v) && v > 0) return v;
+  }
+  return OneThreadEach(local_world_size) ? 1 : cpus;
+}
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   std::map<std::string, std::string> env = in.base;
@@ -36,7 +52,7 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (in.local_world_size > 1) env.emplace("OMP_NUM_THREADS", "1");
+  if (OneThreadEach(in.local_world_size)) env.emplace("OMP_NUM_THREADS", "1");
 
   env["CPPTORCHRUN_RDZV_ROUND"] = absl::StrCat(in.round);
   if (!in.rdzv_endpoint.empty()) env["CPPTORCHRUN_RDZV_ENDPOINT"] = in.rdzv_endpoint;

@@ -52,6 +52,12 @@ struct WorkerEnvInputs {
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in);
 
+// The threads each worker's LibTorch runs, as BuildWorkerEnv leaves
+// OMP_NUM_THREADS: the launcher's (`base`) when it is a positive number, else
+// 1 where several workers share the node (torchrun's default), else `cpus`
+// (LibTorch's own default: every CPU it may use).
+int WorkerThreads(const std::map<std::string, std::string>& base, int local_world_size, int cpus);
+
 }  // namespace cpptorchrun::launcher
 
 #endif  // CPPTORCHRUN_LAUNCHER_WORKER_ENV_H_

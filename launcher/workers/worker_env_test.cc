@@ -121,5 +121,20 @@ TEST(WorkerEnv, TheWorkerTimeoutReachesTheWorkerWithTheAgentSocket) {
       << "no agent socket, no heartbeats to bound; an outer launcher's value does not leak";
 }
 
+// What the warm pool counts a worker's threads as: the user's
+// OMP_NUM_THREADS, else torchrun's 1 for several workers, else every CPU.
+TEST(WorkerEnv, WorkerThreadsAsTheEnvironmentLeavesThem) {
+  EXPECT_EQ(WorkerThreads({}, 2, 8), 1);
+  EXPECT_EQ(WorkerThreads({}, 1, 8), 8);
+  EXPECT_EQ(WorkerThreads({{"OMP_NUM_THREADS", "3"}}, 2, 8), 3);
+  EXPECT_EQ(WorkerThreads({{"OMP_NUM_THREADS", "3"}}, 1, 8), 3);
+  EXPECT_EQ(WorkerThreads({{"OMP_NUM_THREADS", "zero"}}, 1, 8), 8);  // not a number: LibTorch's default
+  EXPECT_EQ(WorkerThreads({{"OMP_NUM_THREADS", "0"}}, 2, 8), 1);
+  // And BuildWorkerEnv agrees: one thread each for several workers.
+  WorkerEnvInputs in = Inputs();
+  in.local_world_size = 2;
+  EXPECT_EQ(BuildWorkerEnv(in).at("OMP_NUM_THREADS"), "1");
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher
