@@ -324,7 +324,10 @@ rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
   rdzv::v1::RunOptions r;
   r.set_min_nodes(c.min_nodes);
   r.set_max_nodes(c.max_nodes);
-  r.set_join_timeout_s(ConfSeconds(c, "join_timeout", ConfSeconds(c, "timeout", 600)));
+  // torchrun's c10d backend reads join_timeout only; its etcd backend
+  // takes `timeout` as the join deadline, and so does ours.
+  const double join_fallback = c.rdzv_backend == RdzvBackend::kEtcd ? ConfSeconds(c, "timeout", 600) : 600;
+  r.set_join_timeout_s(ConfSeconds(c, "join_timeout", join_fallback));
   r.set_last_call_timeout_s(ConfSeconds(c, "last_call_timeout", 30));
   r.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
   r.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));

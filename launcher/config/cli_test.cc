@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "rendezvous/endpoint.h"
 
@@ -79,6 +80,26 @@ TEST(Cli, UnknownRdzvConfKeysAreWarningsAsInTorchrun) {
   ASSERT_EQ(c.warnings.size(), 1u);
   EXPECT_NE(c.warnings[0].find("key 'store_type' is not used by cpptorchrun"), std::string::npos);
   EXPECT_TRUE(MustLaunch({"--logs-specs=default", "p"}).warnings.empty());
+}
+
+// PyTorch's test_launch_elastic passes the value quoted inside a Python
+// argument list: the quotes reach the launcher as part of the first key and
+// the last value. torchrun's c10d backend never reads either and goes on.
+TEST(Cli, RdzvConfQuotedTwiceAsPyTorchsOwnTestPassesItIsWarnedNotRefused) {
+  LaunchConfig c = MustLaunch({"--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400",
+                               "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "p"});
+  EXPECT_EQ(c.rdzv_conf.count("join_timeout"), 0u) << "the key is 'join_timeout, quote included";
+  EXPECT_EQ(c.rdzv_conf.at("last_call_timeout"), "1");
+  EXPECT_EQ(c.rdzv_conf.count("timeout"), 0u);
+  ASSERT_EQ(c.warnings.size(), 2u) << absl::StrJoin(c.warnings, "\n");
+  EXPECT_NE(c.warnings[0].find("key ''join_timeout' is not used by cpptorchrun"), std::string::npos);
+  EXPECT_NE(c.warnings[0].find("quoted twice"), std::string::npos);
+  EXPECT_NE(c.warnings[1].find("--rdzv_conf timeout: expected seconds > 0; got '5''"), std::string::npos)
+      << c.warnings[1];
+  // A key the c10d backend reads keeps its value checked, as torchrun does.
+  EXPECT_FALSE(ParseCommandLine({"cpptorchrun", "--rdzv_conf=last_call_timeout=1'", "p"}, {}).ok());
+  // `timeout` is the etcd backend's join deadline (and only its).
+  EXPECT_EQ(MustLaunch({"--rdzv_conf=timeout=7", "p"}).rdzv_conf.at("timeout"), "7");
 }
 
 TEST(Cli, TorchrunDefaults) {

@@ -14,12 +14,13 @@ namespace cpptorchrun::launcher {
 namespace {
 
 // rdzv_conf keys and what their values must be.
-enum class ConfKind { kSeconds, kCount, kBool, kString };
+// kIgnoredByC10dSeconds: seconds that only the etcd backend reads.
+enum class ConfKind { kSeconds, kIgnoredByC10dSeconds, kCount, kBool, kString };
 const std::map<std::string, ConfKind>& ConfKeys() {
   static const auto* keys = new std::map<std::string, ConfKind>{
       {"join_timeout", ConfKind::kSeconds},   {"last_call_timeout", ConfKind::kSeconds},
       {"close_timeout", ConfKind::kSeconds},  {"keep_alive_interval", ConfKind::kSeconds},
-      {"keep_alive_max_attempt", ConfKind::kCount}, {"timeout", ConfKind::kSeconds},
+      {"keep_alive_max_attempt", ConfKind::kCount}, {"timeout", ConfKind::kIgnoredByC10dSeconds},
       {"read_timeout", ConfKind::kSeconds},   {"is_host", ConfKind::kBool},
       {"use_libuv", ConfKind::kBool},         {"token_file", ConfKind::kString},
       // TLS to the rendezvous: the CA that signed its certificate; a node
@@ -126,20 +127,34 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
     if (kv.size() != 2 || kv[0].empty()) return Bad(what, allowed, text);
     auto it = ConfKeys().find(kv[0]);
     if (it == ConfKeys().end()) {
-      // torchrun passes every key to its backend, which ignores what it
-      // does not use (store_type=tcp, ...): a warning, not an error.
-      bool printable = std::all_of(kv[0].begin(), kv[0].end(), [](char ch) {
-        return absl::ascii_isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
-      });
+      // torchrun hands every key to its rendezvous backend, which reads
+      // the ones it knows and ignores the rest (store_type=tcp, a plugin's
+      // keys, and the quoted 'join_timeout of a value quoted twice, as
+      // PyTorch's own test_launch_elastic passes it): a warning naming the
+      // key, not an error. Printable ASCII only: a control character in a
+      // key is no plugin's, and would reach the log as it is.
+      bool printable = std::all_of(kv[0].begin(), kv[0].end(), [](char ch) { return ch > ' ' && ch < 0x7f; });
       if (!printable || kv[0].size() > 64) return Bad(what, allowed, std::string(item));
-      warnings->push_back(absl::StrCat(what, ": key '", kv[0], "' is not used by cpptorchrun (ignored; known: ",
-                                       absl::StrJoin(names, " "), ")"));
+      const bool quoted = kv[0].find_first_of("'\"") != std::string::npos;
+      warnings->push_back(absl::StrCat(what, ": key '", kv[0], "' is not used by cpptorchrun (ignored",
+                                       quoted ? "; its quote marks are part of the key: quoted twice?" : "",
+                                       "; known: ", absl::StrJoin(names, " "), ")"));
       continue;
     }
     const std::string key_what = absl::StrCat(what, " ", kv[0]);
     switch (it->second) {
       case ConfKind::kSeconds:
         if (auto d = ParseSeconds(kv[1], key_what, /*allow_zero=*/false); !d.ok()) return d.status();
+        break;
+      case ConfKind::kIgnoredByC10dSeconds:
+        // torchrun sets `timeout` itself (--rdzv_timeout, default 900) and
+        // its c10d backend never reads it: a bad value fails nothing there.
+        if (auto d = ParseSeconds(kv[1], key_what, /*allow_zero=*/false); !d.ok()) {
+          warnings->push_back(absl::StrCat(d.status().message(),
+                                           " (ignored: the c10d rendezvous does not read it; join_timeout is the "
+                                           "join deadline)"));
+          continue;
+        }
         break;
       case ConfKind::kCount:
         if (auto n = ParseInt(kv[1], key_what, 1, 1000000, "a positive integer"); !n.ok()) {

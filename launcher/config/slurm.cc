@@ -96,38 +96,111 @@ absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view hostli
   return hosts;
 }
 
+absl::StatusOr<int> TasksOnNode(absl::string_view tasks_per_node, int node_index) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("'", tasks_per_node, "': ", why));
+  };
+  if (node_index < 0) return bad("a negative node index");
+  int64_t seen = 0;
+  for (absl::string_view item : absl::StrSplit(tasks_per_node, ',')) {
+    // "N" or "N(xR)": N tasks on each of the next R nodes.
+    absl::string_view count_text = item;
+    int64_t repeat = 1;
+    if (size_t open = item.find('('); open != absl::string_view::npos) {
+      absl::string_view rest = item.substr(open);
+      count_text = item.substr(0, open);
+      if (rest.size() < 4 || rest.substr(0, 2) != "(x" || rest.back() != ')' ||
+          !absl::SimpleAtoi(rest.substr(2, rest.size() - 3), &repeat) || repeat < 1) {
+        return bad(absl::StrCat("'", item, "' is not N or N(xR)"));
+      }
+    }
+    int count = 0;
+    if (!absl::SimpleAtoi(count_text, &count) || count < 0) {
+      return bad(absl::StrCat("'", item, "' is not N or N(xR)"));
+    }
+    if (node_index < seen + repeat) return count;
+    seen += repeat;
+    if (seen > (int64_t{1} << 40)) return bad("too many nodes");
+  }
+  return bad(absl::StrCat("no entry for node ", node_index));
+}
+
+int SlurmRendezvousPort(uint64_t job_id, uint64_t step_id) {
+  return kSlurmBasePort + static_cast<int>((job_id % kSlurmPorts * 97 + step_id) % kSlurmPorts);
+}
+
 absl::StatusOr<SlurmDefaults> SlurmDefaultsFrom(const std::map<std::string, std::string>& env) {
   SlurmDefaults out;
   auto get = [&](const std::string& name) -> std::string {
     auto it = env.find(name);
     return it == env.end() ? "" : it->second;
   };
+  // The first of `names` that is set (Slurm's step variables before the
+  // job's: a step may run on part of its allocation).
+  auto first = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names) {
+      if (!get(n).empty()) return n;
+    }
+    return "";
+  };
   if (get("CPPTORCHRUN_SLURM") == "0" || get("SLURM_STEP_ID").empty() || get("SLURM_JOB_ID").empty()) {
     return out;
+  }
+  uint64_t job_id = 0, step_id = 0;
+  if (!absl::SimpleAtoi(get("SLURM_JOB_ID"), &job_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("SLURM_JOB_ID=", get("SLURM_JOB_ID"), " is not a job id"));
+  }
+  if (!absl::SimpleAtoi(get("SLURM_STEP_ID"), &step_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("SLURM_STEP_ID=", get("SLURM_STEP_ID"), " is not a step id"));
+  }
+  // One launcher per node: it starts the node's workers itself. A step with
+  // several tasks on a node (--ntasks-per-node from a GPU batch script)
+  // would start several launchers there, each a node of its own world.
+  const std::string tasks_var = first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  const std::string node_var = first({"SLURM_NODEID"});
+  if (!tasks_var.empty() && !node_var.empty()) {
+    int node = 0;
+    if (!absl::SimpleAtoi(get(node_var), &node)) {
+      return absl::InvalidArgumentError(absl::StrCat(node_var, "=", get(node_var), " is not a node index"));
+    }
+    absl::StatusOr<int> tasks = TasksOnNode(get(tasks_var), node);
+    if (!tasks.ok()) return absl::InvalidArgumentError(absl::StrCat(tasks_var, ": ", tasks.status().message()));
+    if (*tasks > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Slurm started ", *tasks, " tasks of this step on this node (", tasks_var, "=", get(tasks_var),
+          "), so ", *tasks, " launchers: cpptorchrun is one launcher per node, which starts the node's workers "
+          "itself (--nproc_per_node). Run it with srun --ntasks-per-node=1 (in a batch script that asked for "
+          "more tasks per node: srun --ntasks-per-node=1 cpptorchrun ...), or set CPPTORCHRUN_SLURM=0 to make "
+          "cpptorchrun ignore Slurm's variables"));
+    }
   }
   auto take = [&](const std::string& key, const std::string& value, const std::string& source) {
     out.values[key] = value;
     out.sources[key] = source;
   };
-  const std::string nodelist_var = !get("SLURM_JOB_NODELIST").empty() ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
-  if (const std::string nodelist = get(nodelist_var); !nodelist.empty()) {
-    auto hosts = ExpandHostlist(nodelist);
+  const std::string nodelist_var = first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  if (!nodelist_var.empty()) {
+    auto hosts = ExpandHostlist(get(nodelist_var));
     if (!hosts.ok()) return absl::InvalidArgumentError(absl::StrCat(nodelist_var, ": ", hosts.status().message()));
     take("rdzv_backend", "c10d", "Slurm");
-    take("rdzv_endpoint", absl::StrCat(hosts->front(), ":29400"), absl::StrCat("the first host of ", nodelist_var));
+    const int port = SlurmRendezvousPort(job_id, step_id);
+    take("rdzv_endpoint", absl::StrCat(hosts->front(), ":", port),
+         absl::StrCat("the first host of ", nodelist_var, "; port ", kSlurmBasePort, " + (job x 97 + step) mod ",
+                      kSlurmPorts));
   }
-  const std::string nnodes_var = !get("SLURM_NNODES").empty() ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES";
-  if (const std::string n = get(nnodes_var); !n.empty()) {
+  const std::string nnodes_var = first({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  if (!nnodes_var.empty()) {
+    const std::string n = get(nnodes_var);
     int v = 0;
     if (!absl::SimpleAtoi(n, &v) || v < 1) {
       return absl::InvalidArgumentError(absl::StrCat(nnodes_var, "=", n, " is not a node count"));
     }
     take("nnodes", n, nnodes_var);
   }
-  take("rdzv_id", get("SLURM_JOB_ID"), "SLURM_JOB_ID");
+  take("rdzv_id", absl::StrCat(job_id, ".", step_id), "SLURM_JOB_ID.SLURM_STEP_ID");
   take("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
        "Slurm's preemption signals SIGUSR1/SIGUSR2");
-  out.job = absl::StrCat("Slurm job ", get("SLURM_JOB_ID"), " step ", get("SLURM_STEP_ID"),
+  out.job = absl::StrCat("Slurm job ", job_id, " step ", step_id,
                          get("SLURM_NODEID").empty() ? "" : absl::StrCat(" (node ", get("SLURM_NODEID"), ")"));
   return out;
 }

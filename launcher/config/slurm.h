@@ -1,19 +1,27 @@
 // Slurm: what a launcher started by `srun` (one task per node) can take from
-// the job's environment when the command line does not say it, so that the
-// same `srun cpptorchrun --nproc_per_node=gpu train.py` runs on any
+// the job step's environment when the command line does not say it, so that
+// the same `srun cpptorchrun --nproc_per_node=gpu train.py` runs on any
 // allocation (torchrun leaves this to hand-written scripts):
-//   --nnodes         SLURM_NNODES (else SLURM_JOB_NUM_NODES)
+//   --nnodes         SLURM_STEP_NUM_NODES (else SLURM_NNODES, SLURM_JOB_NUM_NODES)
 //   --rdzv_backend   c10d
-//   --rdzv_endpoint  the first host of SLURM_JOB_NODELIST, port 29400
-//   --rdzv_id        SLURM_JOB_ID
+//   --rdzv_endpoint  the first host of the step's node list
+//                    (SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST,
+//                    SLURM_NODELIST), port SlurmRendezvousPort(job, step):
+//                    a step on part of an allocation meets on its own
+//                    nodes, two steps at once on different ports
+//   --rdzv_id        "<SLURM_JOB_ID>.<SLURM_STEP_ID>", as Slurm names the step
+//                    (two steps at once are two runs)
 //   --signals_to_handle  adds SIGUSR1 and SIGUSR2 (Slurm's preemption and
 //                    time-limit signals, `--signal=USR1@90`) to the default.
+// Several tasks of the step on this node (SLURM_STEP_TASKS_PER_NODE) are an
+// error naming the variable: one launcher per node is the rule.
 // Only inside a job step (SLURM_STEP_ID set, as srun sets it), never with
 // --standalone, and never when CPPTORCHRUN_SLURM=0. Pure functions of the
 // environment.
 #ifndef CPPTORCHRUN_LAUNCHER_SLURM_H_
 #define CPPTORCHRUN_LAUNCHER_SLURM_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +38,20 @@ namespace cpptorchrun::launcher {
 // than `max_hosts` hosts).
 absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view hostlist,
                                                         size_t max_hosts = 1 << 20);
+
+// The step's tasks on node `node_index` (SLURM_NODEID) from Slurm's
+// tasks-per-node notation ("2(x3),1": 2 tasks on each of nodes 0-2, 1 on
+// node 3). InvalidArgument naming the problem.
+absl::StatusOr<int> TasksOnNode(absl::string_view tasks_per_node, int node_index);
+
+// The rendezvous port of a Slurm step: kSlurmBasePort + (job x 97 + step)
+// mod kSlurmPorts. Every node of the step computes the same; consecutive
+// steps of a job get different ports, and so do jobs whose ids differ by
+// less than 33, so that steps sharing a first host do not meet at one
+// port. Below torchrun's MASTER_PORT default (29500).
+inline constexpr int kSlurmBasePort = 29400;
+inline constexpr int kSlurmPorts = 100;
+int SlurmRendezvousPort(uint64_t job_id, uint64_t step_id);
 
 struct SlurmDefaults {
   // Launcher flag (underscored key, as in cli.cc) -> value, and where it

@@ -18,9 +18,11 @@
 namespace cpptorchrun::launcher {
 namespace {
 
-// Binds a TCP socket at host:port and listens (or, to `hold` it, binds with
-// SO_REUSEADDR and does not listen); returns the fd and the port bound, or
-// an error.
+// Binds a TCP socket at host:port with SO_REUSEADDR and listens (or, to
+// `hold` it, does not listen); returns the fd and the port bound, or an
+// error. SO_REUSEADDR as every listener of ours (the rendezvous' acceptor,
+// gRPC's and the HTTP server's) binds: a port whose last connections are
+// in TIME_WAIT is free to them, and so it is here.
 absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port, bool hold = false) {
   sockaddr_storage addr{};
   socklen_t len = 0;
@@ -50,10 +52,8 @@ absl::StatusOr<int> BindAt(const std::string& host, int port, int* bound_port, b
   }
   int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  if (hold) {
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || (!hold && listen(fd, 1) != 0)) {
     int err = errno;
     close(fd);

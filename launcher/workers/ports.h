@@ -31,7 +31,11 @@ class PortFinder {
 // SO_REUSEADDR) binds and listens on it as usual.
 std::unique_ptr<PortFinder> NewRealPortFinder();
 
-// True when `port` can be bound on `host` right now.
+// True when a server binding as ours do (SO_REUSEADDR, then listen) could
+// listen on `port` at `host` right now: false while anything listens there;
+// true for a port whose last connections are in TIME_WAIT (a job relaunched
+// on the same endpoint at once) and for a port a PortFinder holds without
+// listening (a worker's TCPStore may take it the same way).
 bool PortIsFree(const std::string& host, int port);
 
 }  // namespace cpptorchrun::launcher

@@ -19,7 +19,9 @@ TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
   auto port = finder->FindFreePort("127.0.0.1");
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_GT(*port, 0);
-  EXPECT_FALSE(PortIsFree("127.0.0.1", *port)) << "held: nobody else may take it";
+  // Held, not listened on: a listener that reuses addresses (a worker's
+  // TCPStore, the rendezvous server) may still take it.
+  EXPECT_TRUE(PortIsFree("127.0.0.1", *port));
   finder->ReleaseHeld();
   EXPECT_TRUE(PortIsFree("127.0.0.1", *port));
 
@@ -38,6 +40,42 @@ TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
     EXPECT_NE(*other, *port);
   }
   close(fd);
+}
+
+// A port whose server closed its connections first: they wait in
+// TIME_WAIT for a minute, and a plain bind fails (EADDRINUSE), but a
+// relaunched rendezvous server (SO_REUSEADDR) can listen there at once, so
+// the probe says free (issue 32: a job relaunched on the same endpoint).
+TEST(Ports, APortInTimeWaitIsFreeToAServer) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int served = accept(listener, nullptr, nullptr);
+  ASSERT_GE(served, 0);
+  // The server's side closes first: its end (port `port`) enters TIME_WAIT.
+  close(served);
+  char byte;
+  ASSERT_EQ(read(client, &byte, 1), 0) << "the client sees the server's FIN";
+  close(client);
+  close(listener);
+
+  int plain = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_NE(bind(plain, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0)
+      << "a bind without SO_REUSEADDR is refused while the connection is in TIME_WAIT";
+  EXPECT_EQ(errno, EADDRINUSE);
+  close(plain);
+  EXPECT_TRUE(PortIsFree("127.0.0.1", port));
 }
 
 TEST(Ports, AHeldPortIsStillBindableByAWorkerThatReusesAddresses) {
