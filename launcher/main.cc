@@ -34,6 +34,7 @@
 #include "launcher/config/hosting.h"
 #include "launcher/config/numa.h"
 #include "launcher/config/program.h"
+#include "launcher/config/slurm.h"
 #include "launcher/status_cmd.h"
 #include "launcher/workers/console_log.h"
 #include "launcher/workers/ports.h"
@@ -403,6 +404,7 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
     o.log_line_prefix_template = it->second;
   }
   o.stop_signals = StopSignals();
+  o.inside_slurm_step = InsideSlurmStep(env);
   o.program_argv = plan.argv;
   o.program_name = c.training_script;
   o.base_env = env;
@@ -428,8 +430,9 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
 // Other nodes still talk to the rendezvous this node serves (the exit
 // barrier's stragglers, Leave, a closed run's Watch): stay until they have
 // left, within a bound.
-void LingerWhileOthersUseIt(rdzv::RendezvousClient* client, const std::string& run_id) {
-  const absl::Time linger_until = absl::Now() + absl::Seconds(10);
+// After a stop signal, only within what is left of the shutdown grace.
+void LingerWhileOthersUseIt(rdzv::RendezvousClient* client, const std::string& run_id, absl::Time exit_by) {
+  const absl::Time linger_until = std::min(absl::Now() + absl::Seconds(10), exit_by);
   while (absl::Now() < linger_until) {
     auto st = client->RunStatus(run_id);
     if (!st.ok() || st->nodes_size() == 0) break;
@@ -601,7 +604,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   if (!metrics_http.ok()) return ExitCodeFor(metrics_http.status());
   ElasticAgent agent(o);
   const AgentResult result = agent.Run();
-  if (rdzv->server != nullptr && !rdzv->loopback_embed) LingerWhileOthersUseIt(rdzv->client.get(), c.rdzv_id);
+  if (rdzv->server != nullptr && !rdzv->loopback_embed) LingerWhileOthersUseIt(rdzv->client.get(), c.rdzv_id, result.exit_by);
   (*run_dir)->Finish(/*keep_logs=*/c.redirects.all || c.tee.all || c.redirects.per_rank_form ||
                      c.tee.per_rank_form);
   // An orderly end: calls still in flight on the rendezvous client (a Join

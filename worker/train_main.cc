@@ -5,6 +5,7 @@
 // and on an uncaught error writes a torchrun-compatible error file.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -30,6 +31,8 @@
 #include "worker/agent/env.h"
 #include "worker/agent/error_file.h"
 #include "worker/agent/heartbeat.h"
+#include "worker/agent/signals.h"
+#include "base/signals.h"
 #include "worker/data/idx.h"
 #include "worker/training/metrics.h"
 #include "worker/comm/nccl_comm.h"
@@ -169,14 +172,38 @@ absl::Status AddObservers(const Flags& flags, const WorkerEnv& env, HeartbeatRep
 // the metrics file on success, the stop on the launcher's request, or the
 // failure reported.
 int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& config,
-                TrainDeps& deps, const std::optional<HeartbeatReporter>& heartbeat,
-                Reporting& reporting) {
+                TrainDeps& deps, std::optional<HeartbeatReporter>& heartbeat,
+                Reporting& reporting, SignalCounter& signals) {
   if (heartbeat.has_value()) {
     deps.stop_requested = [&heartbeat] { return heartbeat->stop_requested(); };
   }
+  // A scheduler's signals (worker/agent/signals.h): each reported once to
+  // the launcher, acted on at the next optimizer step.
+  bool terminated = false;
+  deps.signal_request = [&] {
+    SignalRequest request = SignalRequest::kNone;
+    for (int signo : signals.TakeNew()) {
+      const SignalRequest r = SignalRequestFor(signo);
+      request = std::max(request, r);
+      if (r == SignalRequest::kCheckpointAndStop) terminated = true;
+      std::fprintf(stderr, "train[rank %d]: received %s: %s at the next optimizer step, then %s\n", env.rank,
+                   SignalName(signo).c_str(),
+                   config.checkpoint_dir.empty() ? "no --checkpoint_dir, so no checkpoint" : "a checkpoint",
+                   r == SignalRequest::kCheckpointAndStop ? "stopping" : "training goes on");
+      if (heartbeat.has_value()) heartbeat->OnSignal(signo);
+    }
+    return request;
+  };
+  deps.on_signal_checkpoint = [&](int64_t step, bool stopping) {
+    if (env.rank == 0 && !config.checkpoint_dir.empty()) {
+      std::fprintf(stderr, "train[rank 0]: checkpoint of step %lld written for the signal; %s\n",
+                   static_cast<long long>(step), stopping ? "stopping" : "training goes on");
+    }
+    if (heartbeat.has_value()) heartbeat->OnSignalCheckpoint(step, stopping);
+  };
   // Train has aborted the communicator on any failure.
   absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
-  switch (EndingOf(metrics.status(), heartbeat.has_value() && heartbeat->stop_requested())) {
+  switch (EndingOf(metrics.status(), heartbeat.has_value() && heartbeat->stop_requested(), terminated)) {
     case Ending::kStopped:
       std::fprintf(stderr, "train[rank %d]: %s\n", env.rank,
                    std::string(metrics.status().message()).c_str());
@@ -203,7 +230,8 @@ int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& con
 //
 // `preloaded`: a warm spare's data, loaded before it became this worker;
 // its start-up is counted from the hand-over (nothing before main).
-int Run(const Flags& flags, Reporting& reporting, std::optional<Data> preloaded = std::nullopt) {
+int Run(const Flags& flags, Reporting& reporting, SignalCounter& signals,
+        std::optional<Data> preloaded = std::nullopt) {
   StartupPhases startup;
   const double main_at = MonotonicSeconds();
   if (preloaded.has_value()) {
@@ -265,7 +293,7 @@ int Run(const Flags& flags, Reporting& reporting, std::optional<Data> preloaded 
   deps.train = &data->train;
   deps.test = &data->test;
   deps.observers = observers.all;
-  return TrainAndEnd(flags, *env, *config, deps, heartbeat, reporting);
+  return TrainAndEnd(flags, *env, *config, deps, heartbeat, reporting, signals);
 }
 
 // A warm spare (CPPTORCHRUN_WARM_FD, base/become.h): LibTorch is loaded
@@ -411,15 +439,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Before anything slow: Slurm signals every process of a step, warm
+  // spares included, and SIGUSR1's default would end the process.
+  cpptorchrun::worker::InstallSignalCounters();
   cpptorchrun::worker::Reporting reporting;
   try {
     if (const int fd = cpptorchrun::worker::WarmFd(); fd >= 0) {
       int code = 0;
       std::optional<cpptorchrun::worker::Data> data = cpptorchrun::worker::WaitWarm(flags, fd, &code);
       if (!data.has_value()) return code;
-      return cpptorchrun::worker::Run(flags, reporting, std::move(data));
+      // What a spare received before it became this worker is not its.
+      cpptorchrun::worker::SignalCounter signals;
+      return cpptorchrun::worker::Run(flags, reporting, signals, std::move(data));
     }
-    return cpptorchrun::worker::Run(flags, reporting);
+    cpptorchrun::worker::SignalCounter signals;
+    return cpptorchrun::worker::Run(flags, reporting, signals);
   } catch (const std::exception& e) {
     return cpptorchrun::worker::Fail(reporting, "std::exception", e.what(), "uncaught in train");
   }

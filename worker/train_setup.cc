@@ -1,6 +1,8 @@
 // The `train` binary's pure decisions.
 #include "worker/train_setup.h"
 
+#include <csignal>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -58,10 +60,17 @@ std::string OpeningLines(const WorkerEnv& env, const std::string& backend, int64
   return out;
 }
 
-Ending EndingOf(const absl::Status& trained, bool stop_requested) {
+Ending EndingOf(const absl::Status& trained, bool stop_requested, bool terminated) {
   if (trained.ok()) return Ending::kFinished;
+  if (terminated) return Ending::kStopped;
   if (trained.code() == absl::StatusCode::kCancelled && stop_requested) return Ending::kStopped;
   return Ending::kFailed;
+}
+
+SignalRequest SignalRequestFor(int signo) {
+  if (signo == SIGUSR1 || signo == SIGUSR2) return SignalRequest::kCheckpoint;
+  if (signo == SIGTERM) return SignalRequest::kCheckpointAndStop;
+  return SignalRequest::kNone;
 }
 
 }  // namespace cpptorchrun::worker

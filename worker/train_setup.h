@@ -73,7 +73,15 @@ enum class Ending {
 };
 inline constexpr int kStoppedExitCode = 128 + 15;
 
-Ending EndingOf(const absl::Status& trained, bool stop_requested);
+// `terminated`: the worker received SIGTERM (worker/agent/signals.h): it
+// stops as asked, and whatever ended training after that (a collective
+// whose peer stopped first) is part of stopping, not a failure of its own.
+Ending EndingOf(const absl::Status& trained, bool stop_requested, bool terminated = false);
+
+// What `train` does with a scheduler's signal (worker/agent/signals.h):
+// SIGUSR1 and SIGUSR2 a checkpoint, then on; SIGTERM a checkpoint, then
+// stop; anything else nothing.
+SignalRequest SignalRequestFor(int signo);
 
 }  // namespace cpptorchrun::worker
 

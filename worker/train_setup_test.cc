@@ -3,6 +3,8 @@
 // training result ends the process.
 #include "worker/train_setup.h"
 
+#include <csignal>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -151,6 +153,17 @@ TEST(EndingOf, AStopIsACancelAfterTheLaunchersRequest) {
   // A cancel nobody asked for is a failure, and so is any other error.
   EXPECT_EQ(EndingOf(absl::CancelledError("?"), false), Ending::kFailed);
   EXPECT_EQ(EndingOf(absl::AbortedError("peer"), true), Ending::kFailed);
+  // After SIGTERM, a collective whose peer stopped first is part of stopping.
+  EXPECT_EQ(EndingOf(absl::AbortedError("peer"), false, /*terminated=*/true), Ending::kStopped);
+  EXPECT_EQ(EndingOf(absl::CancelledError("stopped on a signal"), false, true), Ending::kStopped);
+  EXPECT_EQ(EndingOf(absl::OkStatus(), false, true), Ending::kFinished);
+}
+
+TEST(SignalRequestFor, CheckpointOnTheWarningsStopOnTerm) {
+  EXPECT_EQ(SignalRequestFor(SIGUSR1), SignalRequest::kCheckpoint);
+  EXPECT_EQ(SignalRequestFor(SIGUSR2), SignalRequest::kCheckpoint);
+  EXPECT_EQ(SignalRequestFor(SIGTERM), SignalRequest::kCheckpointAndStop);
+  EXPECT_EQ(SignalRequestFor(SIGHUP), SignalRequest::kNone);
 }
 
 }  // namespace

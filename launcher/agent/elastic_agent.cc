@@ -36,6 +36,9 @@ constexpr absl::Duration kExitBarrierRefresh = absl::Seconds(1);
 // How long a node whose round ended during the exit barrier looks for the
 // other nodes' keys before it restarts (they may all be there).
 constexpr absl::Duration kExitBarrierRecheck = absl::Seconds(1);
+// A rendezvous call at exit after a stop signal gets at least this long,
+// even when the workers took the whole grace.
+constexpr absl::Duration kMinExitCall = absl::Milliseconds(200);
 
 }  // namespace
 
@@ -81,6 +84,10 @@ ElasticAgent::~ElasticAgent() {
   cancelled_->store(true);
   for (std::thread& t : unfinished_) t.join();
   if (o_.progress != nullptr) o_.progress->SetOnStartupEvent(nullptr);
+}
+
+bool ForwardToWorkers(const ProcessEvent& e, bool inside_slurm_step) {
+  return !(inside_slurm_step && e.sender == "slurmstepd");
 }
 
 bool ElasticAgent::IsStopSignal(int signo) const {
@@ -299,6 +306,15 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
         RecordExit(e.pid, e.status);
       } else if (e.kind == ProcessEvent::Kind::kSignal) {
         if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, ""};
+        const bool forward = ForwardToWorkers(e, o_.inside_slurm_step);
+        Event("signal_received", {{"signal", SignalName(e.signo)}, {"sender", e.sender},
+                                  {"sender_pid", int64_t{e.sender_pid}}, {"forwarded", int64_t{forward ? 1 : 0}}});
+        if (!forward) {
+          spdlog::info("{} from {} (pid {}): Slurm signalled every process of the step, the workers too; not "
+                       "forwarded",
+                       SignalName(e.signo), e.sender, e.sender_pid);
+          continue;
+        }
         spdlog::info("forwarding {} to the workers", SignalName(e.signo));
         for (const Worker& w : workers_) {
           if (!w.exited) o_.processes->SignalGroup(w.pid, e.signo);
@@ -445,8 +461,50 @@ void ElasticAgent::StopRoundMonitor() {
 }
 
 void ElasticAgent::Leave(const std::string& reason) {
-  auto st = o_.rdzv->Leave(o_.run_id, o_.node.node_id(), reason, run_.proof);
-  if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
+  rdzv::RendezvousClient* client = o_.rdzv;
+  CallAtExit(
+      [client, run_id = o_.run_id, node_id = o_.node.node_id(), reason, proof = run_.proof] {
+        auto st = client->Leave(run_id, node_id, reason, proof);
+        if (!st.ok()) spdlog::debug("leave: {}", st.ToString());
+      },
+      "leave");
+}
+
+void ElasticAgent::NoteStopSignal() {
+  if (!stop_signalled_at_.has_value()) stop_signalled_at_ = o_.clock->Now();
+}
+
+void ElasticAgent::CallAtExit(const std::function<void()>& fn, absl::string_view what) {
+  if (!stop_signalled_at_.has_value()) {
+    fn();
+    return;
+  }
+  const absl::Duration left =
+      std::max(*stop_signalled_at_ + o_.shutdown_timeout - o_.clock->Now(), kMinExitCall);
+  struct Shared {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread helper([shared, fn] {
+    fn();
+    absl::MutexLock lock(&shared->mu);
+    shared->done = true;
+  });
+  bool done = false;
+  {
+    absl::MutexLock lock(&shared->mu);
+    auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
+    done = shared->mu.AwaitWithTimeout(absl::Condition(&is_done), left);
+  }
+  if (done) {
+    helper.join();
+    return;
+  }
+  spdlog::warn("{}: the rendezvous did not answer within the shutdown grace ({}): exiting without it", std::string(what),
+               absl::FormatDuration(o_.shutdown_timeout));
+  Event("exit_call_abandoned", {{"call", std::string(what)}, {"waited_s", absl::ToDoubleSeconds(left)}});
+  unfinished_.push_back(std::move(helper));
 }
 
 std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
@@ -475,6 +533,7 @@ std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
   rdzv::RendezvousClient* client = o_.rdzv;
   if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
                     /*stop_on_round_end=*/false) != WaitEnd::kDone) {
+    NoteStopSignal();
     spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
     Conclude(Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(signo)), 128 + signo},
              run_.last_round);
@@ -581,6 +640,7 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
 }
 
 ElasticAgent::Stopped ElasticAgent::StopOnSignal(int signo) {
+  NoteStopSignal();
   spdlog::warn("received {}: stopping the workers", SignalName(signo));
   StopRoundMonitor();
   StopWorkers(signo);
@@ -606,6 +666,7 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
       },
       &sig, /*stop_on_round_end=*/true);
   if (end == WaitEnd::kSignal) {
+    NoteStopSignal();
     StopRoundMonitor();
     return Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(sig), " during the exit barrier"),
                    128 + sig};
@@ -690,6 +751,7 @@ bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
       break;
   }
   run_.result.exit_code = s.exit_code;
+  if (stop_signalled_at_.has_value()) run_.result.exit_by = *stop_signalled_at_ + o_.shutdown_timeout;
   Event("finished", {{"exit_code", int64_t{s.exit_code}}, {"reason", s.reason}});
   return false;
 }
@@ -699,8 +761,13 @@ void ElasticAgent::ExitFailure(const Stopped& s) {
     case StopCause::kWorkerFailed: {
       run_.result.summary = FormatFailureSummary(o_.program_name, run_.result.failures);
       if (o_.print_summary) o_.print_summary(run_.result.summary);
-      auto st = o_.rdzv->Close(o_.run_id, s.reason, o_.node.node_id(), run_.proof);
-      if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+      rdzv::RendezvousClient* client = o_.rdzv;
+      CallAtExit(
+          [client, run_id = o_.run_id, reason = s.reason, node_id = o_.node.node_id(), proof = run_.proof] {
+            auto st = client->Close(run_id, reason, node_id, proof);
+            if (!st.ok()) spdlog::debug("close: {}", st.ToString());
+          },
+          "close");
       Leave("failed");
       return;
     }

@@ -36,6 +36,14 @@
 
 namespace cpptorchrun::launcher {
 
+// Whether the launcher forwards a signal that is not a stop signal
+// (SIGUSR1/SIGUSR2, --signals_to_handle) to its workers' process groups:
+// yes, unless Slurm's step daemon sent it inside a Slurm step, where Slurm
+// signals every process of the step itself (scancel --signal,
+// --signal=USR1@90), so a forwarded copy would reach each worker twice.
+// Pure.
+bool ForwardToWorkers(const ProcessEvent& e, bool inside_slurm_step);
+
 struct AgentOptions {
   std::string run_id = "none";
   std::string role = "default";
@@ -59,6 +67,9 @@ struct AgentOptions {
   // Signals that stop the job (forwarded, then the group is stopped and the
   // launcher exits 128 + signal); others received are only forwarded.
   std::vector<int> stop_signals;
+  // Inside a Slurm job step (launcher/config/slurm.h): a signal from
+  // slurmstepd has reached every process of the step, the workers too.
+  bool inside_slurm_step = false;
 
   std::vector<std::string> program_argv;  // argv[0] resolved
   std::string program_name;               // for the summary
@@ -108,6 +119,11 @@ struct AgentResult {
   int attempts = 0;         // groups started
   std::vector<FailureRecord> failures;  // of the last failed group
   std::string summary;      // the failure summary printed, if any
+  // When a stop signal came: by when the launcher should have exited (the
+  // signal's time + --shutdown_timeout, on the agent's clock), so that what
+  // main does after Run (lingering for other nodes) fits in the grace a
+  // scheduler gives before its SIGKILL. InfiniteFuture without a signal.
+  absl::Time exit_by = absl::InfiniteFuture();
 };
 
 // Used from one thread.
@@ -214,6 +230,13 @@ class ElasticAgent {
   void ExitFailure(const Stopped& s);
   void StopRoundMonitor();
   void Leave(const std::string& reason);
+  // Records the first stop signal's time (stop_signalled_at_).
+  void NoteStopSignal();
+  // Runs a rendezvous call made on the way out: at once without a stop
+  // signal; after one, within what is left of the shutdown grace (at least
+  // kMinExitCall), leaving a call that outlives it to the helpers the
+  // destructor joins once the client is cancelled.
+  void CallAtExit(const std::function<void()>& fn, absl::string_view what);
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;
@@ -233,6 +256,10 @@ class ElasticAgent {
   RunState run_;
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.
   std::vector<std::thread> unfinished_;
+  // When the first stop signal (SIGTERM, SIGINT, ...) was seen; from then
+  // on every rendezvous call at exit (leave, close) is bounded by the
+  // shutdown grace (CallAtExit).
+  std::optional<absl::Time> stop_signalled_at_;
   // Set by the destructor: exit barriers still running stop.
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };

@@ -19,6 +19,7 @@
 namespace cpptorchrun::launcher {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -330,6 +331,28 @@ TEST_F(AgentTest, ASignalDuringAJoinLeavesAHelperThatIsJoinedOnceTheClientIsCanc
   EXPECT_EQ(events.back().first, "finished") << "a signal ends the run through the restart policy too";
 }
 
+// scancel while the rendezvous cannot be reached: the launcher's leave
+// would retry for a minute, past Slurm's SIGKILL. After a stop signal it
+// gets what is left of the shutdown grace, and the launcher exits.
+TEST_F(AgentTest, ALeaveAfterAStopSignalIsBoundedByTheShutdownGrace) {
+  o_.blocking_call_grace = absl::ZeroDuration();
+  o_.shutdown_timeout = absl::Milliseconds(300);
+  rdzv_.block_joins = true;
+  rdzv_.block_leaves = true;
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(1), SIGTERM);
+  {
+    ElasticAgent agent(o_);
+    // The leave blocks until Cancel, which comes only after Run: that Run
+    // returns at all shows the bound.
+    AgentResult r = agent.Run();
+    EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+    EXPECT_THAT(rdzv_.leaves(), ElementsAre("signal SIGTERM")) << "the leave was tried";
+    EXPECT_EQ(r.exit_by, absl::FromUnixSeconds(1700000000) + absl::Seconds(1) + absl::Milliseconds(300));
+    rdzv_.Cancel();
+  }
+  EXPECT_THAT(events_.names(), Contains("exit_call_abandoned"));
+}
+
 TEST_F(AgentTest, OtherHandledSignalsAreOnlyForwarded) {
   ExitAfterStart(absl::Seconds(10), ExitStatus::Exited(0));
   processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(2), SIGUSR1);
@@ -338,6 +361,51 @@ TEST_F(AgentTest, OtherHandledSignalsAreOnlyForwarded) {
   int usr1 = 0;
   for (auto [pid, sig] : processes_.signals_sent()) usr1 += sig == SIGUSR1;
   EXPECT_EQ(usr1, 2);
+}
+
+// Inside a Slurm step, slurmstepd signals every process of the step (the
+// workers too): the launcher does not send each worker a second copy. A
+// SIGUSR1 from anyone else (a user's kill) is forwarded as before.
+TEST_F(AgentTest, ASignalFromSlurmsStepDaemonIsNotForwardedAgain) {
+  o_.inside_slurm_step = true;
+  ExitAfterStart(absl::Seconds(10), ExitStatus::Exited(0));
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(2), SIGUSR1, "slurmstepd");
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(3), SIGUSR2, "bash");
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  int usr1 = 0, usr2 = 0;
+  for (auto [pid, sig] : processes_.signals_sent()) {
+    usr1 += sig == SIGUSR1;
+    usr2 += sig == SIGUSR2;
+  }
+  EXPECT_EQ(usr1, 0);
+  EXPECT_EQ(usr2, 2);
+  int received = 0;
+  for (const auto& [name, fields] : events_.events()) {
+    if (name != "signal_received") continue;
+    ++received;
+    const std::string json = EventJson(0, name, fields);
+    if (json.find("SIGUSR1") != std::string::npos) {
+      EXPECT_NE(json.find("\"sender\": \"slurmstepd\""), std::string::npos) << json;
+      EXPECT_NE(json.find("\"forwarded\": 0"), std::string::npos) << json;
+    } else {
+      EXPECT_NE(json.find("\"forwarded\": 1"), std::string::npos) << json;
+    }
+  }
+  EXPECT_EQ(received, 2);
+}
+
+TEST(ForwardToWorkers, OnlySlurmsOwnDeliveryIsNotForwarded) {
+  ProcessEvent e;
+  e.kind = ProcessEvent::Kind::kSignal;
+  e.signo = SIGUSR1;
+  e.sender = "slurmstepd";
+  EXPECT_FALSE(ForwardToWorkers(e, /*inside_slurm_step=*/true));
+  EXPECT_TRUE(ForwardToWorkers(e, /*inside_slurm_step=*/false));
+  e.sender = "kill";
+  EXPECT_TRUE(ForwardToWorkers(e, true));
+  e.sender = "";
+  EXPECT_TRUE(ForwardToWorkers(e, true));
 }
 
 TEST_F(AgentTest, SigtermIgnoredMeansSigkillAfterShutdownTimeout) {

@@ -75,10 +75,11 @@ void FakeProcessLauncher::ExitAt(pid_t pid, absl::Time t, ExitStatus status) {
   Schedule(t, std::move(s));
 }
 
-void FakeProcessLauncher::SignalLauncherAt(absl::Time t, int signo) {
+void FakeProcessLauncher::SignalLauncherAt(absl::Time t, int signo, const std::string& sender) {
   Scheduled s;
   s.kind = Scheduled::Kind::kSignal;
   s.signo = signo;
+  s.sender = sender;
   Schedule(t, std::move(s));
 }
 
@@ -121,6 +122,8 @@ std::vector<ProcessEvent> FakeProcessLauncher::Wait(absl::Time deadline) {
           ProcessEvent e;
           e.kind = ProcessEvent::Kind::kSignal;
           e.signo = s.signo;
+          e.sender = s.sender;
+          e.sender_pid = s.sender.empty() ? 0 : 4242;
           ready_.push_back(e);
         } else {
           calls.push_back(std::move(s.call));
@@ -277,6 +280,10 @@ absl::Status FakeRendezvousClient::Leave(const std::string&, const std::string& 
   absl::MutexLock lock(&mu_);
   leaves_.push_back(reason);
   ++version_;
+  if (block_leaves) {
+    mu_.Await(absl::Condition(&cancelled_));
+    return absl::CancelledError("cancelled");
+  }
   return absl::OkStatus();
 }
 

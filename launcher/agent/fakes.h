@@ -49,7 +49,8 @@ class FakeProcessLauncher final : public ProcessLauncher {
 
   // Scheduling.
   void ExitAt(pid_t pid, absl::Time t, ExitStatus status);
-  void SignalLauncherAt(absl::Time t, int signo);
+  // `sender`: the sender's command name as the real launcher reads it.
+  void SignalLauncherAt(absl::Time t, int signo, const std::string& sender = "");
   void CallAt(absl::Time t, std::function<void()> fn);
   // The process ignores SIGTERM (only SIGKILL ends it).
   void IgnoreSigterm(pid_t pid);
@@ -66,6 +67,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
     pid_t pid = 0;
     ExitStatus status;
     int signo = 0;
+    std::string sender;
     std::function<void()> call;  // run with the lock released
   };
   void ExitLocked(pid_t pid, ExitStatus status, std::vector<ProcessEvent>* out)
@@ -132,6 +134,9 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
   // Join blocks until Cancel (then answers CANCELLED), as a real Join of a
   // round that cannot complete would.
   bool block_joins = false;
+  // Leave blocks until Cancel too (an unreachable rendezvous retried for
+  // the client's whole budget), after recording it.
+  bool block_leaves = false;
   void Cancel() override;
   // Blocked Joins that have returned.
   int blocked_joins_returned() const;

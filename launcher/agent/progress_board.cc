@@ -62,7 +62,8 @@ bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
 absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
   using Kind = agent::v1::WorkerEvent;
   if (e.kind() != Kind::STARTED && e.kind() != Kind::RESUMED && e.kind() != Kind::FINISHED &&
-      e.kind() != Kind::FAILED && e.kind() != Kind::COMMUNICATOR_READY && e.kind() != Kind::FIRST_STEP) {
+      e.kind() != Kind::FAILED && e.kind() != Kind::COMMUNICATOR_READY && e.kind() != Kind::FIRST_STEP &&
+      e.kind() != Kind::SIGNAL && e.kind() != Kind::SIGNAL_CHECKPOINT) {
     return absl::InvalidArgumentError("event kind unspecified");
   }
   const absl::Time now = clock_->Now();
@@ -96,6 +97,9 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
       case Kind::FINISHED:
         r.finished = true;
         break;
+      case Kind::SIGNAL:
+      case Kind::SIGNAL_CHECKPOINT:
+        break;
       default:
         r.failure = e.message().substr(0, 4096);
         break;
@@ -109,6 +113,18 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
   if (events_ != nullptr && e.kind() == Kind::RESUMED) {
     events_->Record("worker_resumed", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                        {"pid", e.pid()}, {"step", e.step()}});
+  }
+  // A scheduler's signal as each worker saw it, and the checkpoint it
+  // wrote for it: one event each (docs/ENVIRONMENT.md, "Signals").
+  if (events_ != nullptr && e.kind() == Kind::SIGNAL) {
+    events_->Record("worker_signal", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
+                                      {"pid", e.pid()}, {"signal", e.message().substr(0, 32)},
+                                      {"step", e.step()}});
+  }
+  if (events_ != nullptr && e.kind() == Kind::SIGNAL_CHECKPOINT) {
+    events_->Record("worker_signal_checkpoint",
+                    {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}}, {"pid", e.pid()},
+                     {"step", e.step()}, {"then", e.message().substr(0, 32)}});
   }
   if (events_ != nullptr && e.kind() == Kind::FAILED) {
     events_->Record("worker_reported_failure", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},

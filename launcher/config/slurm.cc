@@ -129,6 +129,14 @@ int SlurmRendezvousPort(uint64_t job_id, uint64_t step_id) {
   return kSlurmBasePort + static_cast<int>((job_id % kSlurmPorts * 97 + step_id) % kSlurmPorts);
 }
 
+bool InsideSlurmStep(const std::map<std::string, std::string>& env) {
+  auto set = [&](const char* name) {
+    auto it = env.find(name);
+    return it != env.end() && !it->second.empty();
+  };
+  return set("SLURM_JOB_ID") && set("SLURM_STEP_ID");
+}
+
 absl::StatusOr<SlurmDefaults> SlurmDefaultsFrom(const std::map<std::string, std::string>& env) {
   SlurmDefaults out;
   auto get = [&](const std::string& name) -> std::string {
@@ -143,9 +151,7 @@ absl::StatusOr<SlurmDefaults> SlurmDefaultsFrom(const std::map<std::string, std:
     }
     return "";
   };
-  if (get("CPPTORCHRUN_SLURM") == "0" || get("SLURM_STEP_ID").empty() || get("SLURM_JOB_ID").empty()) {
-    return out;
-  }
+  if (get("CPPTORCHRUN_SLURM") == "0" || !InsideSlurmStep(env)) return out;
   uint64_t job_id = 0, step_id = 0;
   if (!absl::SimpleAtoi(get("SLURM_JOB_ID"), &job_id)) {
     return absl::InvalidArgumentError(absl::StrCat("SLURM_JOB_ID=", get("SLURM_JOB_ID"), " is not a job id"));

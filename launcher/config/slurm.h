@@ -53,6 +53,11 @@ inline constexpr int kSlurmBasePort = 29400;
 inline constexpr int kSlurmPorts = 100;
 int SlurmRendezvousPort(uint64_t job_id, uint64_t step_id);
 
+// Whether this process runs inside a Slurm job step (SLURM_JOB_ID and
+// SLURM_STEP_ID set, as srun sets them), whatever CPPTORCHRUN_SLURM says:
+// Slurm then signals every process of the step itself.
+bool InsideSlurmStep(const std::map<std::string, std::string>& env);
+
 struct SlurmDefaults {
   // Launcher flag (underscored key, as in cli.cc) -> value, and where it
   // came from (for the log: "SLURM_NNODES").

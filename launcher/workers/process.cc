@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -23,6 +24,19 @@
 
 namespace cpptorchrun::launcher {
 namespace {
+
+// A process's command name (/proc/PID/comm, at most 15 characters); ""
+// when it is gone or unreadable.
+std::string CommandName(pid_t pid) {
+  std::string name;
+  if (FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/comm").c_str(), "r")) {
+    char buf[64] = {0};
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) name = buf;
+    std::fclose(f);
+  }
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  return name;
+}
 
 // set_mempolicy's MPOL_PREFERRED (linux/mempolicy.h; no libnuma needed).
 constexpr int kMpolPreferred = 1;
@@ -250,6 +264,8 @@ class RealProcessLauncher final : public ProcessLauncher {
           ProcessEvent e;
           e.kind = ProcessEvent::Kind::kSignal;
           e.signo = static_cast<int>(info[i].ssi_signo);
+          e.sender_pid = static_cast<pid_t>(info[i].ssi_pid);
+          if (e.sender_pid > 0) e.sender = CommandName(e.sender_pid);
           events.push_back(e);
         }
       }

@@ -77,6 +77,8 @@ struct ProcessEvent {
   pid_t pid = 0;        // kExited
   ExitStatus status;    // kExited
   int signo = 0;        // kSignal: a signal the launcher received
+  pid_t sender_pid = 0;  // kSignal: who sent it (0: the kernel, a terminal)
+  std::string sender;    // kSignal: the sender's command name (/proc/PID/comm), "" when unknown
 };
 
 // Used from one thread (the agent's), except Wakeup, which is thread-safe.

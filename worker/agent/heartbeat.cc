@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/signals.h"
 #include "proto/agent.grpc.pb.h"
 
 namespace cpptorchrun::worker {
@@ -135,6 +136,14 @@ void HeartbeatReporter::OnFinished(const TrainMetrics& metrics) {
 
 void HeartbeatReporter::Failed(const std::string& message) {
   SendEvent(agent_pb::WorkerEvent::FAILED, LatestStep(), message);
+}
+
+void HeartbeatReporter::OnSignal(int signo) {
+  SendEvent(agent_pb::WorkerEvent::SIGNAL, LatestStep(), SignalName(signo));
+}
+
+void HeartbeatReporter::OnSignalCheckpoint(int64_t global_step, bool stopping) {
+  SendEvent(agent_pb::WorkerEvent::SIGNAL_CHECKPOINT, global_step, stopping ? "stopping" : "going on");
 }
 
 void HeartbeatReporter::SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step,

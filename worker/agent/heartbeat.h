@@ -11,7 +11,10 @@
 //   collective looks hung to the launcher.
 // - Events: STARTED when the reporter is made, RESUMED (step = the restored
 //   global step) when a checkpoint was restored, FINISHED when training
-//   ended, FAILED (message = the error) from the binary's error path.
+//   ended, FAILED (message = the error) from the binary's error path,
+//   SIGNAL (message = "SIGUSR1", ...) for each scheduler's signal received
+//   and SIGNAL_CHECKPOINT (step, "going on" or "stopping") after the
+//   checkpoint it asked for (worker/agent/signals.h).
 // - An ack with stop_requested is remembered (stop_requested()); the
 //   trainer polls it at every batch boundary (TrainDeps::stop_requested)
 //   and the binary then exits as a SIGTERM'd worker would (train_main.cc).
@@ -86,6 +89,11 @@ class HeartbeatReporter final : public TrainObserver {
   void OnFinished(const TrainMetrics& metrics) override;
   // Reports a failure (from main's error path); `message` is the error.
   void Failed(const std::string& message);
+  // Reports a scheduler's signal as it reached this worker (SIGNAL, one
+  // event per delivery), and the checkpoint written for one
+  // (SIGNAL_CHECKPOINT at `global_step`; `stopping`: the worker ends now).
+  void OnSignal(int signo);
+  void OnSignalCheckpoint(int64_t global_step, bool stopping);
 
   int64_t sent() const;
   int64_t failures() const;

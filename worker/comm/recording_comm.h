@@ -24,7 +24,7 @@ class RecordingCommunicator final : public Communicator {
   std::string backend() const override { return "recording"; }
   std::shared_ptr<Work> AllReduceAsync(void*, int64_t count, DType, ReduceOp) override {
     log_(absl::StrCat("allreduce ", count));
-    return CompletedWork(absl::OkStatus());
+    return CompletedWork(allreduce_result ? allreduce_result() : absl::OkStatus());
   }
   std::shared_ptr<Work> BroadcastAsync(void*, int64_t count, DType, int) override {
     log_(absl::StrCat("broadcast ", count));
@@ -35,6 +35,9 @@ class RecordingCommunicator final : public Communicator {
     return absl::OkStatus();
   }
   void Abort(const std::string& reason) override { log_("abort " + reason); }
+
+  // Optional: each all-reduce's outcome (a peer gone: Unavailable).
+  std::function<absl::Status()> allreduce_result;
 
  private:
   std::function<void(const std::string&)> log_;

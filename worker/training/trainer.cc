@@ -288,6 +288,11 @@ class TrainingRun {
   absl::Status Start();
   bool Done() const { return pos_.epoch >= config_.epochs; }
   absl::Status RunEpoch();
+  // The signal request pending now (polled); kCheckpointAndStop wins.
+  SignalRequest PollSignals();
+  // After a failed batch: rank 0 writes the last optimizer step's state
+  // when a stop was asked for (the failure is a peer that stopped first).
+  void SaveBeforeStopping();
   absl::StatusOr<TrainMetrics> Finish();
 
  private:
@@ -332,6 +337,11 @@ class TrainingRun {
   double backward_seconds_ = 0;
   ModeTallies tallies_;
   double last_epoch_loss_ = std::nan("");
+  // Signals (TrainDeps::signal_request): what is pending, where the last
+  // optimizer step left training, and the last step written.
+  SignalRequest pending_signal_ = SignalRequest::kNone;
+  Position last_opt_step_;
+  int64_t saved_step_ = -1;
 };
 
 Mlp InitialisedMlp(const TrainConfig& config) {
@@ -400,6 +410,7 @@ absl::Status TrainingRun::Start() {
   CPPTORCHRUN_RETURN_IF_ERROR(DistributedSampler::Validate(sampler_options, TorchRandperm));
   sampler_.emplace(sampler_options, TorchRandperm);
   full_epoch_steps_ = (sampler_->NumSamples(0) + config_.batch_size - 1) / config_.batch_size;
+  last_opt_step_ = pos_;
   start_ = now_();
   cpu_start_ = ProcessCpuSeconds();
   return absl::OkStatus();
@@ -419,7 +430,10 @@ absl::Status TrainingRun::RunEpoch() {
     const BatchPlan plan = PlanBatch(b, batches, config_.grad_accum_steps);
     const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
     absl::StatusOr<double> loss = TrainBatch(order_t.narrow(0, b * batch, len), plan, mode);
-    if (!loss.ok()) return loss.status();
+    if (!loss.ok()) {
+      SaveBeforeStopping();
+      return loss.status();
+    }
     loss_sum += *loss;
     ++pos_.global_step;
     ++run_batches_;
@@ -431,8 +445,20 @@ absl::Status TrainingRun::RunEpoch() {
       return absl::AbortedError(
           absl::StrCat("fault injection: stopped after ", run_batches_, " batches"));
     }
+    if (plan.sync) last_opt_step_ = pos_;
     if (MidEpochCheckpointDue(plan, pos_.opt_step, config_.checkpoint_every)) {
       CPPTORCHRUN_RETURN_IF_ERROR(Save(pos_));
+    }
+    if (const SignalRequest request = PollSignals(); request != SignalRequest::kNone && plan.sync) {
+      pending_signal_ = SignalRequest::kNone;
+      if (saved_step_ != pos_.global_step) CPPTORCHRUN_RETURN_IF_ERROR(Save(pos_));
+      const bool stopping = request == SignalRequest::kCheckpointAndStop;
+      if (deps_.on_signal_checkpoint) deps_.on_signal_checkpoint(pos_.global_step, stopping);
+      if (stopping) {
+        return absl::CancelledError(absl::StrCat("stopped on a signal after step ", pos_.global_step,
+                                                 config_.checkpoint_dir.empty() ? " (no --checkpoint_dir)"
+                                                                                : ", its checkpoint written"));
+      }
     }
     if (deps_.stop_requested && deps_.stop_requested()) {
       return absl::CancelledError(absl::StrCat("stopped at the launcher's request after step ",
@@ -443,6 +469,23 @@ absl::Status TrainingRun::RunEpoch() {
   ++pos_.epoch;
   pos_.samples_in_epoch = 0;
   return Save(pos_);
+}
+
+SignalRequest TrainingRun::PollSignals() {
+  if (deps_.signal_request) pending_signal_ = std::max(pending_signal_, deps_.signal_request());
+  return pending_signal_;
+}
+
+void TrainingRun::SaveBeforeStopping() {
+  if (PollSignals() != SignalRequest::kCheckpointAndStop || saved_step_ == last_opt_step_.global_step) return;
+  // The parameters and the optimizer change only at an optimizer step,
+  // which the failed batch did not reach: they are last_opt_step_'s.
+  if (absl::Status saved = Save(last_opt_step_); !saved.ok()) {
+    warn_(absl::StrCat("stopping on a signal: the checkpoint of step ", last_opt_step_.global_step,
+                       " could not be written: ", saved.message()));
+    return;
+  }
+  if (deps_.on_signal_checkpoint) deps_.on_signal_checkpoint(last_opt_step_.global_step, true);
 }
 
 absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
@@ -488,6 +531,7 @@ void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t
 
 absl::Status TrainingRun::Save(const Position& at) {
   if (comm_.rank() != 0 || config_.checkpoint_dir.empty()) return absl::OkStatus();
+  saved_step_ = at.global_step;
   return WriteCheckpoint(config_.checkpoint_dir, at.global_step,
                          Snapshot(params_, optimizer_, at, comm_.world_size(), config_),
                          config_.keep_checkpoints);

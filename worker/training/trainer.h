@@ -56,6 +56,12 @@ struct TrainConfig {
   int64_t fail_after_steps = 0;
 };
 
+// What a scheduler's signal asks of training (worker/agent/signals.h maps
+// signals to these): a checkpoint at the next optimizer step and go on
+// (SIGUSR1/SIGUSR2, Slurm's warning before a preemption or the time limit),
+// or a checkpoint there and stop (SIGTERM).
+enum class SignalRequest { kNone = 0, kCheckpoint = 1, kCheckpointAndStop = 2 };
+
 struct TrainDeps {
   // Required; borrowed.
   Communicator* comm = nullptr;
@@ -74,12 +80,22 @@ struct TrainDeps {
   // there); true stops training there with Cancelled. The binary passes
   // the agent's HeartbeatAck.stop_requested.
   std::function<bool()> stop_requested;
+  // Optional: polled after every batch; a request is kept until the next
+  // optimizer-step boundary (the only place a checkpoint is consistent),
+  // where rank 0 writes the checkpoint (when checkpoints are on) and
+  // `on_signal_checkpoint(global_step, stopping)` is called on every rank;
+  // kCheckpointAndStop then ends Train with Cancelled. When a batch fails
+  // while a stop is pending (a peer that stopped first left a collective),
+  // rank 0 writes the last optimizer step's checkpoint before the error is
+  // returned: nothing trained before the signal is lost.
+  std::function<SignalRequest()> signal_request;
+  std::function<void(int64_t global_step, bool stopping)> on_signal_checkpoint;
 };
 
 // Trains and evaluates. Collective: every rank calls it with the same
 // config. Errors: the communicator's, checkpoint I/O, bad config
 // (InvalidArgument naming the field), Aborted from fail_after_steps,
-// Cancelled when stop_requested said so, and Internal for an exception
+// Cancelled when stop_requested or a kCheckpointAndStop said so, and Internal for an exception
 // (LibTorch's c10::Error or any std::exception) thrown inside. On every
 // error Train has aborted the communicator first, so that the other ranks
 // fail at once instead of at their collective timeout.
