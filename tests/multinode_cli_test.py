@@ -28,15 +28,19 @@ class MultiNodeCommandLineTest(unittest.TestCase):
         self.addCleanup(self.cluster.close)
         self.work = jobs.work_dir(self, "cpt-multinode-")
 
-    def run_job(self, endpoint_host, slurm=False):
+    def run_job(self, endpoint_host, slurm=False, pet=None):
+        """`pet`: "static" or "c10d": the job given by Kubeflow's PET_*
+        variables alone (Trainer v2 sets PET_NNODES, PET_NPROC_PER_NODE,
+        PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; an elastic
+        PyTorchJob sets PET_RDZV_*), no launcher flag saying where to meet."""
         logs = os.path.join(self.work, "logs")  # one folder for both nodes
         run_id = "777" if slurm else "guide"
         # Every rank prints its environment, then trains (Gloo across the
         # two hosts, the NCCL bootstrap over the rendezvous store).
         worker = ('echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE group=$GROUP_RANK '
                   'master=$MASTER_ADDR:$MASTER_PORT host=$(hostname)"; exec "$@"')
-        job = [] if slurm else ["--nnodes", "2", "--rdzv_backend", "c10d",
-                                "--rdzv_endpoint", "%s:%d" % (endpoint_host, PORT), "--rdzv_id", run_id]
+        job = [] if slurm or pet else ["--nnodes", "2", "--rdzv_backend", "c10d",
+                                       "--rdzv_endpoint", "%s:%d" % (endpoint_host, PORT), "--rdzv_id", run_id]
         argv = [harness.binary(jobs.LAUNCHER)] + job + [
                 "--nproc_per_node", str(NPROC), "--fake_gpus", str(NPROC),
                 "--max_restarts", "0", "--log_dir", logs, "--tee", "3", "--no_python",
@@ -50,6 +54,12 @@ class MultiNodeCommandLineTest(unittest.TestCase):
             env = {"SLURM_JOB_ID": run_id, "SLURM_STEP_ID": "0", "SLURM_NNODES": "2",
                    "SLURM_NODEID": str(i), "SLURM_PROCID": str(i), "SLURM_NTASKS": "2",
                    "SLURM_JOB_NODELIST": "h[0-1]"} if slurm else None
+            if pet == "static":
+                env = {"PET_NNODES": "2", "PET_NODE_RANK": str(i), "PET_MASTER_ADDR": endpoint_host,
+                       "PET_MASTER_PORT": str(PORT)}
+            elif pet == "c10d":
+                env = {"PET_NNODES": "2", "PET_RDZV_BACKEND": "c10d",
+                       "PET_RDZV_ENDPOINT": "%s:%d" % (endpoint_host, PORT), "PET_RDZV_ID": run_id}
             proc = host.spawn(argv, log=log, env=env)
             nodes.append((host, proc, log))
         texts = []
@@ -62,10 +72,14 @@ class MultiNodeCommandLineTest(unittest.TestCase):
                 text = f.read()
             texts.append(text)
             self.assertEqual(rc, 0, "%s exited %s:\n%s" % (host.name, rc, text[-4000:]))
+        if slurm:
+            run_id += ".0"  # the job step: <SLURM_JOB_ID>.<SLURM_STEP_ID>
+        elif pet == "static":
+            run_id = "none"  # torchrun's default --rdzv_id
         return logs, run_id, texts
 
-    def check(self, endpoint_host, slurm=False):
-        logs, run_id, (text0, text1) = self.run_job(endpoint_host, slurm)
+    def check(self, endpoint_host, slurm=False, pet=None):
+        logs, run_id, (text0, text1) = self.run_job(endpoint_host, slurm, pet)
         # Host 0 served the endpoint; host 1 was its client, quietly.
         self.assertRegex(text0, r"serving the rendezvous at ")
         self.assertNotRegex(text1, r"serving the rendezvous at ")
@@ -84,7 +98,9 @@ class MultiNodeCommandLineTest(unittest.TestCase):
                 rank, local, world, group, master, _port, where = m.groups()
                 self.assertEqual(where, host.name)
                 self.assertEqual(int(world), 2 * NPROC)
-                self.assertEqual(master, addrs[0], "MASTER_ADDR is host 0's reachable address")
+                # Static (torchrun's way): MASTER_ADDR is the address as given.
+                self.assertEqual(master, endpoint_host if pet == "static" else addrs[0],
+                                 "MASTER_ADDR is host 0's reachable address")
                 seen[int(rank)] = (host.name, int(local), int(group))
         self.assertEqual(sorted(seen), list(range(2 * NPROC)), seen)
         # Training happened across both hosts: rank 0 wrote the figures.
@@ -109,6 +125,32 @@ class MultiNodeCommandLineTest(unittest.TestCase):
 
     def test_endpoint_by_hostname(self):
         self.check(self.cluster.hosts[0].name)
+
+    def test_relaunched_at_once_on_the_same_endpoint_port(self):
+        # The first job's rendezvous connections wait in TIME_WAIT on h0's
+        # port 29400 for a minute; the same job launched again at once must
+        # find h0 serving it again (issue 32), not a client of nobody.
+        self.check(self.cluster.hosts[0].addr)
+        os.rename(os.path.join(self.work, "logs"), os.path.join(self.work, "logs-first"))
+        os.remove(os.path.join(self.work, "metrics.json"))
+        self.check(self.cluster.hosts[0].addr)
+
+    def add_host_alias(self, alias, host):
+        # A Kubernetes headless service's name: it resolves to the pod's
+        # address on every host, and is no host's own hostname.
+        for h in self.cluster.hosts:
+            with open(os.path.join("/etc/netns", h.netns, "hosts"), "a") as f:
+                f.write("%s %s\n" % (host.addr, alias))
+
+    def test_kubeflow_trainer_static_from_pet_variables_and_a_headless_service(self):
+        alias = "trainjob-node-0-0.trainjob"
+        self.add_host_alias(alias, self.cluster.hosts[0])
+        self.check(alias, pet="static")
+
+    def test_kubeflow_elastic_rdzv_from_pet_variables_and_a_headless_service(self):
+        alias = "pytorchjob-master-0.default.svc"
+        self.add_host_alias(alias, self.cluster.hosts[0])
+        self.check(alias, pet="c10d")
 
     def test_under_srun_everything_from_slurms_environment(self):
         # No --nnodes, --rdzv_*: srun's variables say it (the endpoint is

@@ -227,6 +227,11 @@ def serve(sock, libc):
 
 
 def main():
+    # A scheduler's warnings (Slurm signals every process of a step, this
+    # one too): not the forkserver's to act on; its workers get the default
+    # dispositions back (reset_signals).
+    for name in ("SIGUSR1", "SIGUSR2"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     sock = socket.socket(fileno=int(os.environ.pop("CPPTORCHRUN_WARM_FD")))
     try:
         for module in sys.argv[1:]:
