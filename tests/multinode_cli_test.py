@@ -10,13 +10,41 @@ same holds with nothing but Slurm's environment to say where to meet.
 """
 import os
 import re
+import subprocess
+import sys
 import unittest
 
 from tests import harness
 from tests import jobs
 
 NPROC = 2
-PORT = 29400  # torchrun's default: each host is a namespace of its own
+PORT = 29400
+
+# Leaves a connection on ADDR:PORT in TIME_WAIT on its server side (the
+# server closes first), then prints what the kernel says of the port.
+TIME_WAIT_ON_PORT = """
+import socket, subprocess, sys
+addr, port = sys.argv[1], int(sys.argv[2])
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind((addr, port))
+listener.listen(1)
+client = socket.create_connection((addr, port), timeout=10)
+served, _ = listener.accept()
+served.close()
+assert client.recv(1) == b""
+client.close()
+listener.close()
+print(subprocess.run(["ss", "-tan", "state", "time-wait", "sport", "= :%d" % port],
+                     capture_output=True, text=True).stdout.lower().replace("time_wait", "time-wait")
+      or "none")
+try:
+    plain = socket.socket()
+    plain.bind((addr, port))
+    print("plain bind: free")
+except OSError as e:
+    print("plain bind refused: time-wait (%s)" % e)
+"""  # torchrun's default: each host is a namespace of its own
 
 
 class MultiNodeCommandLineTest(unittest.TestCase):
@@ -133,6 +161,14 @@ class MultiNodeCommandLineTest(unittest.TestCase):
         self.check(self.cluster.hosts[0].addr)
         os.rename(os.path.join(self.work, "logs"), os.path.join(self.work, "logs-first"))
         os.remove(os.path.join(self.work, "metrics.json"))
+        # Which side closed each connection first is a race; make sure one
+        # closed by the server side waits in TIME_WAIT on h0's port, as a
+        # finished rendezvous server's connections do.
+        h0 = self.cluster.hosts[0]
+        r = subprocess.run(h0.argv([sys.executable, "-c", TIME_WAIT_ON_PORT, h0.addr, str(PORT)]),
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("time-wait", r.stdout)
         self.check(self.cluster.hosts[0].addr)
 
     def add_host_alias(self, alias, host):
