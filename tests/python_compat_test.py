@@ -11,6 +11,7 @@ import unittest
 
 from tests import harness
 from tests import jobs
+from tests import ops
 
 PY = "/usr/bin/python3"
 
@@ -55,6 +56,36 @@ class PythonCompatTest(unittest.TestCase):
         root = root[:root.find("=====")]
         self.assertRegex(root, r"rank\s*:\s*1 \(local_rank: 1\)", "rank 1 is the root cause")
         self.assertIn("message   : RuntimeError: rank 1 failed on purpose", root)
+
+
+# What PyTorch's own test_launch_elastic (test/distributed/launcher/test_run.py)
+# runs: its worker script touches a file named after its global rank.
+TOUCH_RANK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').close()"
+
+
+@unittest.skipUnless(has_torch(), "needs PyTorch for /usr/bin/python3 (Debian's python3-torch)")
+class TorchrunOwnTestsTest(unittest.TestCase):
+    def test_launch_elastic_with_its_rdzv_conf_quoted_twice(self):
+        # PyTorch's test passes the arguments as a Python list, so the
+        # quotes of "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'"
+        # reach the launcher: torchrun ignores the keys it cannot use and
+        # goes on; so must cpptorchrun (a warning naming the quoted key).
+        out = jobs.work_dir(self, "cpt-elastic-")
+        script = os.path.join(out, "touch_rank.py")
+        with open(script, "w") as f:
+            f.write(TOUCH_RANK + "\n")
+        touched = os.path.join(out, "touched")
+        os.mkdir(touched)
+        port = ops.free_port()
+        argv = [harness.binary("launcher/cpptorchrun"), "--nnodes=1:2", "--nproc-per-node=4",
+                "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:%d" % port,
+                "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "--rdzv-id=elastic",
+                "--monitor-interval=1", "--start-method=spawn", script, touched]
+        r = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, PYTHON_EXEC=PY),
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(sorted(os.listdir(touched)), ["0", "1", "2", "3"])
+        self.assertIn("key ''join_timeout' is not used by cpptorchrun", r.stderr)
 
 
 if __name__ == "__main__":

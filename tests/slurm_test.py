@@ -39,11 +39,16 @@ class SlurmTest(unittest.TestCase):
         self.addCleanup(self.cluster.close)
         self.work = jobs.work_dir(self, "cpt-slurm-")
         self.slurm = slurm_cluster.SlurmCluster(self.cluster, self.work, cpus=2, kill_wait=5, cred_expire=10)
+        self.addCleanup(self.nothing_left)  # runs after the cluster's close
         self.addCleanup(self.slurm.close)
         self.slurm.start()
         self.logs = os.path.join(self.work, "logs")
         self.launcher = harness.binary(jobs.LAUNCHER)
         self.train = harness.binary(jobs.TRAIN)
+
+    def nothing_left(self):
+        """No daemon, slurmstepd, task or worker of the cluster outlives it."""
+        self.assertEqual(self.slurm.leftovers(), [])
 
     def launch(self, nproc=1, extra=(), train_args=TRAIN_ARGS, tag="job"):
         """The launcher's command line as a user types it after srun."""

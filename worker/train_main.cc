@@ -142,6 +142,24 @@ absl::StatusOr<Data> LoadData(const Flags& flags) {
   return Data{*std::move(train), *std::move(test)};
 }
 
+// A SIGTERM that cannot be acted on at a batch boundary (training has not
+// begun, or no step ends within kSigtermStepBound: stuck in a collective
+// whose peer is gone) ends the worker as a SIGTERM'd one, at once.
+constexpr absl::Duration kSigtermStepBound = absl::Seconds(2);
+
+[[noreturn]] void ExitOnSigterm() {
+  std::fprintf(stderr, "train: SIGTERM: stopping now, without a checkpoint (training had not begun, or no step "
+                       "ended within %s)\n", absl::FormatDuration(kSigtermStepBound).c_str());
+  std::fflush(stderr);
+  ::_exit(kStoppedExitCode);
+}
+
+// The scheduler's signals as this worker takes them (worker/agent/signals.h).
+struct Signals {
+  SignalCounter counter;
+  SigtermDeadline deadline{kSigtermStepBound, ExitOnSigterm};
+};
+
 // What observes training: rank 0's console progress, the heartbeats, the
 // sample log; owned here, lent to TrainDeps.
 struct Observers {
@@ -173,7 +191,7 @@ absl::Status AddObservers(const Flags& flags, const WorkerEnv& env, HeartbeatRep
 // failure reported.
 int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& config,
                 TrainDeps& deps, std::optional<HeartbeatReporter>& heartbeat,
-                Reporting& reporting, SignalCounter& signals) {
+                Reporting& reporting, Signals& signals) {
   if (heartbeat.has_value()) {
     deps.stop_requested = [&heartbeat] { return heartbeat->stop_requested(); };
   }
@@ -181,8 +199,9 @@ int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& con
   // the launcher, acted on at the next optimizer step.
   bool terminated = false;
   deps.signal_request = [&] {
+    signals.deadline.AtBoundary();
     SignalRequest request = SignalRequest::kNone;
-    for (int signo : signals.TakeNew()) {
+    for (int signo : signals.counter.TakeNew()) {
       const SignalRequest r = SignalRequestFor(signo);
       request = std::max(request, r);
       if (r == SignalRequest::kCheckpointAndStop) terminated = true;
@@ -201,6 +220,7 @@ int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& con
     }
     if (heartbeat.has_value()) heartbeat->OnSignalCheckpoint(step, stopping);
   };
+  signals.deadline.TrainingStarted();
   // Train has aborted the communicator on any failure.
   absl::StatusOr<TrainMetrics> metrics = Train(config, deps);
   switch (EndingOf(metrics.status(), heartbeat.has_value() && heartbeat->stop_requested(), terminated)) {
@@ -230,7 +250,7 @@ int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& con
 //
 // `preloaded`: a warm spare's data, loaded before it became this worker;
 // its start-up is counted from the hand-over (nothing before main).
-int Run(const Flags& flags, Reporting& reporting, SignalCounter& signals,
+int Run(const Flags& flags, Reporting& reporting, Signals& signals,
         std::optional<Data> preloaded = std::nullopt) {
   StartupPhases startup;
   const double main_at = MonotonicSeconds();
@@ -446,13 +466,19 @@ int main(int argc, char** argv) {
   try {
     if (const int fd = cpptorchrun::worker::WarmFd(); fd >= 0) {
       int code = 0;
-      std::optional<cpptorchrun::worker::Data> data = cpptorchrun::worker::WaitWarm(flags, fd, &code);
+      std::optional<cpptorchrun::worker::Data> data;
+      {
+        // A waiting spare has nothing to save: SIGTERM ends it at once.
+        cpptorchrun::worker::SigtermDeadline waiting(cpptorchrun::worker::kSigtermStepBound,
+                                                     cpptorchrun::worker::ExitOnSigterm);
+        data = cpptorchrun::worker::WaitWarm(flags, fd, &code);
+      }
       if (!data.has_value()) return code;
       // What a spare received before it became this worker is not its.
-      cpptorchrun::worker::SignalCounter signals;
+      cpptorchrun::worker::Signals signals;
       return cpptorchrun::worker::Run(flags, reporting, signals, std::move(data));
     }
-    cpptorchrun::worker::SignalCounter signals;
+    cpptorchrun::worker::Signals signals;
     return cpptorchrun::worker::Run(flags, reporting, signals);
   } catch (const std::exception& e) {
     return cpptorchrun::worker::Fail(reporting, "std::exception", e.what(), "uncaught in train");

@@ -324,7 +324,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   }
 }
 
-void ElasticAgent::StopWorkers(int signo) {
+void ElasticAgent::StopWorkers(int signo, bool for_restart) {
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
   };
@@ -333,7 +333,12 @@ void ElasticAgent::StopWorkers(int signo) {
   if (o_.progress != nullptr) o_.progress->RequestStop();
   for (Worker& w : workers_) {
     w.stopping = true;
-    if (!w.exited) o_.processes->SignalGroup(w.pid, signo);
+    if (w.exited) continue;
+    if (for_restart) {
+      o_.processes->SignalGroupStopNow(w.pid, signo);
+    } else {
+      o_.processes->SignalGroup(w.pid, signo);
+    }
   }
   bool escalate = false;
   const absl::Time grace = o_.clock->Now() + o_.shutdown_timeout;
@@ -643,7 +648,7 @@ ElasticAgent::Stopped ElasticAgent::StopOnSignal(int signo) {
   NoteStopSignal();
   spdlog::warn("received {}: stopping the workers", SignalName(signo));
   StopRoundMonitor();
-  StopWorkers(signo);
+  StopWorkers(signo, /*for_restart=*/false);
   return Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(signo)), 128 + signo};
 }
 
@@ -692,7 +697,7 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
 
 ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
   StopRoundMonitor();
-  StopWorkers(SIGTERM);
+  StopWorkers(SIGTERM, /*for_restart=*/true);
   std::vector<FailureRecord> failures = Failures();
   run_.result.failures = failures;
   if (failures.empty()) {
@@ -715,12 +720,12 @@ ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const Mo
     case Outcome::kMembership: {
       const absl::Time detected = o_.clock->Now();
       StopRoundMonitor();
-      StopWorkers(SIGTERM);
+      StopWorkers(SIGTERM, /*for_restart=*/true);
       return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now()};
     }
     case Outcome::kRunClosed:
       StopRoundMonitor();
-      StopWorkers(SIGTERM);
+      StopWorkers(SIGTERM, /*for_restart=*/true);
       return Stopped{StopCause::kRunClosed, absl::StrCat("the run was closed: ", m.reason)};
     case Outcome::kFailed:
       return StopAfterFailure();

@@ -168,7 +168,10 @@ class ElasticAgent {
   MonitorResult Monitor();
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
-  void StopWorkers(int signo);
+  // `for_restart`: the group stops because it failed or the round ended
+  // (the workers are told to stop now, base::kStopNowSignalValue), not
+  // because the launcher was told to stop (they may checkpoint first).
+  void StopWorkers(int signo, bool for_restart);
   std::vector<FailureRecord> Failures() const;
   enum class WaitEnd { kDone, kSignal, kRoundEnded };
   // Runs `fn` on a helper thread while still answering signals: kSignal

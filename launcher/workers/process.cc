@@ -238,6 +238,16 @@ class RealProcessLauncher final : public ProcessLauncher {
     if (pid > 0) kill(-pid, signo);
   }
 
+  void SignalGroupStopNow(pid_t pid, int signo) override {
+    if (pid <= 0) return;
+    sigval value{};
+    value.sival_int = kStopNowSignalValue;
+    // First, so that the worker's pending SIGTERM is this one (a second
+    // standard signal of a kind is merged into the pending one).
+    sigqueue(pid, signo, value);
+    kill(-pid, signo);
+  }
+
   std::vector<ProcessEvent> Wait(absl::Time deadline) override {
     std::vector<ProcessEvent> events;
     Reap(&events);

@@ -93,6 +93,9 @@ class ProcessLauncher {
 
   // Sends `signo` to the process group led by `pid` (no-op once it is gone).
   virtual void SignalGroup(pid_t pid, int signo) = 0;
+  // The same, after sending `pid` itself `signo` with the value
+  // base::kStopNowSignalValue (base/signals.h): a stop for a restart.
+  virtual void SignalGroupStopNow(pid_t pid, int signo) { SignalGroup(pid, signo); }
 
   // Blocks until something happens or `deadline`: child exits (every child
   // is reaped, including adopted orphans, which callers ignore), signals the
