@@ -196,7 +196,7 @@ class SlurmTest(unittest.TestCase):
         self.assertRegex(text, r"task 0: Exited with exit code 143", text[-3000:] + self.slurm.log_tails())
         self.assertNotIn("Killed", text)
         harness.wait_for(lambda: not self.job_ids(), 60, "the job to leave the queue")
-        self.assertEqual(launchers_of("unreachable"), [])
+        self.assertEqual(harness.processes_with_env("SLURM_JOB_ID", str(job)), [], "nothing of the job is left")
 
     def test_a_preempted_and_requeued_job_resumes_from_its_checkpoint(self):
         ckpt = os.path.join(self.work, "ckpt")
@@ -222,23 +222,6 @@ class SlurmTest(unittest.TestCase):
         m = self.metrics()
         self.assertEqual(m["world_size"], 2)
         self.assertEqual(m["resumed_from_step"], stopped[0]["step"])
-
-
-
-def launchers_of(run_id):
-    """Pids of live launchers whose command line names run `run_id`."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                argv = f.read().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if b"--rdzv_id" in argv and run_id.encode() in argv and any(a.endswith(b"cpptorchrun") for a in argv):
-            pids.append(int(d))
-    return pids
 
 
 if __name__ == "__main__":
