@@ -217,6 +217,14 @@ class SlurmTest(unittest.TestCase):
         events = self.events("%d.0" % job)
         stopped = jobs.named(events, "worker_signal_checkpoint", rank=0, then="stopping")
         self.assertEqual(len(stopped), 1, events)
+        # The preemption's SIGTERM reached each worker of the first run once
+        # (from Slurm; the launchers, which got it too, sent none again).
+        first_run = sorted(jobs.named(events, "workers_started"), key=lambda e: e["time"])[:2]
+        workers = sorted(pid for e in first_run for pid in e["pids"])
+        self.assertEqual(sorted(e["pid"] for e in jobs.named(events, "worker_signal", signal="SIGTERM")),
+                         workers, events)
+        for e in jobs.named(events, "signal_received", signal="SIGTERM"):
+            self.assertEqual((e["sender"], e["forwarded"]), ("slurmstepd", 0), e)
         resumed = jobs.named(events, "worker_resumed", rank=0)
         self.assertEqual([e["step"] for e in resumed], [stopped[0]["step"]], events)
         m = self.metrics()

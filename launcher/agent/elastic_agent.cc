@@ -305,10 +305,10 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
       if (e.kind == ProcessEvent::Kind::kExited) {
         RecordExit(e.pid, e.status);
       } else if (e.kind == ProcessEvent::Kind::kSignal) {
-        if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, ""};
         const bool forward = ForwardToWorkers(e, o_.inside_slurm_step);
         Event("signal_received", {{"signal", SignalName(e.signo)}, {"sender", e.sender},
                                   {"sender_pid", int64_t{e.sender_pid}}, {"forwarded", int64_t{forward ? 1 : 0}}});
+        if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, "", !forward};
         if (!forward) {
           spdlog::info("{} from {} (pid {}): Slurm signalled every process of the step, the workers too; not "
                        "forwarded",
@@ -324,7 +324,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   }
 }
 
-void ElasticAgent::StopWorkers(int signo, bool for_restart) {
+void ElasticAgent::StopWorkers(int signo, StopKind kind) {
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
   };
@@ -334,9 +334,9 @@ void ElasticAgent::StopWorkers(int signo, bool for_restart) {
   for (Worker& w : workers_) {
     w.stopping = true;
     if (w.exited) continue;
-    if (for_restart) {
+    if (kind == StopKind::kForRestart) {
       o_.processes->SignalGroupStopNow(w.pid, signo);
-    } else {
+    } else if (kind == StopKind::kPassOn) {
       o_.processes->SignalGroup(w.pid, signo);
     }
   }
@@ -644,11 +644,12 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   run_.result.restart_count = run_.restart_count;
 }
 
-ElasticAgent::Stopped ElasticAgent::StopOnSignal(int signo) {
+ElasticAgent::Stopped ElasticAgent::StopOnSignal(int signo, bool delivered_to_workers) {
   NoteStopSignal();
-  spdlog::warn("received {}: stopping the workers", SignalName(signo));
+  spdlog::warn("received {}{}: stopping the workers", SignalName(signo),
+               delivered_to_workers ? " from Slurm, which signalled the workers too" : "");
   StopRoundMonitor();
-  StopWorkers(signo, /*for_restart=*/false);
+  StopWorkers(signo, delivered_to_workers ? StopKind::kAlreadyDelivered : StopKind::kPassOn);
   return Stopped{StopCause::kStopSignal, absl::StrCat("signal ", SignalName(signo)), 128 + signo};
 }
 
@@ -697,7 +698,7 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
 
 ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
   StopRoundMonitor();
-  StopWorkers(SIGTERM, /*for_restart=*/true);
+  StopWorkers(SIGTERM, StopKind::kForRestart);
   std::vector<FailureRecord> failures = Failures();
   run_.result.failures = failures;
   if (failures.empty()) {
@@ -714,18 +715,18 @@ ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
 ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const MonitorResult& m) {
   switch (m.outcome) {
     case Outcome::kSignal:
-      return StopOnSignal(m.signo);
+      return StopOnSignal(m.signo, m.delivered_to_workers);
     case Outcome::kSucceeded:
       return StopAfterSuccess(a);
     case Outcome::kMembership: {
       const absl::Time detected = o_.clock->Now();
       StopRoundMonitor();
-      StopWorkers(SIGTERM, /*for_restart=*/true);
+      StopWorkers(SIGTERM, StopKind::kForRestart);
       return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now()};
     }
     case Outcome::kRunClosed:
       StopRoundMonitor();
-      StopWorkers(SIGTERM, /*for_restart=*/true);
+      StopWorkers(SIGTERM, StopKind::kForRestart);
       return Stopped{StopCause::kRunClosed, absl::StrCat("the run was closed: ", m.reason)};
     case Outcome::kFailed:
       return StopAfterFailure();

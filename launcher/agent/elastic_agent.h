@@ -36,12 +36,12 @@
 
 namespace cpptorchrun::launcher {
 
-// Whether the launcher forwards a signal that is not a stop signal
-// (SIGUSR1/SIGUSR2, --signals_to_handle) to its workers' process groups:
-// yes, unless Slurm's step daemon sent it inside a Slurm step, where Slurm
-// signals every process of the step itself (scancel --signal,
-// --signal=USR1@90), so a forwarded copy would reach each worker twice.
-// Pure.
+// Whether the launcher passes a signal it received on to its workers'
+// process groups (SIGUSR1/SIGUSR2 of --signals_to_handle; a stop signal,
+// before the grace): yes, unless Slurm's step daemon sent it inside a Slurm
+// step, where Slurm signals every process of the step itself (scancel
+// --signal, --signal=USR1@90, scancel's and a preemption's SIGTERM), so a
+// copy would reach each worker twice. Pure.
 bool ForwardToWorkers(const ProcessEvent& e, bool inside_slurm_step);
 
 struct AgentOptions {
@@ -155,7 +155,17 @@ class ElasticAgent {
     Outcome outcome = Outcome::kSucceeded;
     int signo = 0;
     std::string reason;
+    // kSignal: the stop signal has reached the workers already (Slurm's
+    // step daemon sent it to every process of the step).
+    bool delivered_to_workers = false;
   };
+  // How StopWorkers begins: kForRestart, the group failed or the round
+  // ended (each worker is told to stop now, base::kStopNowSignalValue);
+  // kPassOn, the launcher was told to stop and passes the signal on (the
+  // workers may checkpoint first); kAlreadyDelivered, the workers have the
+  // signal from the scheduler already, so none is sent: only the grace,
+  // then SIGKILL.
+  enum class StopKind { kForRestart, kPassOn, kAlreadyDelivered };
 
   std::string Prefix(int local_rank, int rank) const;
   void StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt);
@@ -168,10 +178,7 @@ class ElasticAgent {
   MonitorResult Monitor();
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
-  // `for_restart`: the group stops because it failed or the round ended
-  // (the workers are told to stop now, base::kStopNowSignalValue), not
-  // because the launcher was told to stop (they may checkpoint first).
-  void StopWorkers(int signo, bool for_restart);
+  void StopWorkers(int signo, StopKind kind);
   std::vector<FailureRecord> Failures() const;
   enum class WaitEnd { kDone, kSignal, kRoundEnded };
   // Runs `fn` on a helper thread while still answering signals: kSignal
@@ -224,7 +231,7 @@ class ElasticAgent {
   // launcher may prepare the next start (ProcessLauncher::PrepareNextStart).
   void MaybePrepareNextStart();
   Stopped Stop(const rdzv::v1::Assignment& a, const MonitorResult& m);
-  Stopped StopOnSignal(int signo);
+  Stopped StopOnSignal(int signo, bool delivered_to_workers);
   Stopped StopAfterSuccess(const rdzv::v1::Assignment& a);
   Stopped StopAfterFailure();
   // Applies DecideNext: true to join the next round, false when the run is

@@ -395,6 +395,24 @@ TEST_F(AgentTest, ASignalFromSlurmsStepDaemonIsNotForwardedAgain) {
   EXPECT_EQ(received, 2);
 }
 
+// scancel, a preemption: slurmstepd SIGTERMs every process of the step.
+// The launcher sends its workers no second SIGTERM (they are checkpointing
+// on the first); it waits for them within the grace, as for its own.
+TEST_F(AgentTest, ASigtermFromSlurmIsNotSentToTheWorkersAgain) {
+  o_.inside_slurm_step = true;
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    // As Slurm's SIGTERM makes them: out at t+2 s with 143.
+    p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(128 + SIGTERM));
+  };
+  processes_.SignalLauncherAt(clock_.Now() + absl::Seconds(1), SIGTERM, "slurmstepd");
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  int sent = 0;
+  for (auto [pid, sig] : processes_.signals_sent()) sent += sig == SIGTERM;
+  EXPECT_EQ(sent, 0);
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
 TEST(ForwardToWorkers, OnlySlurmsOwnDeliveryIsNotForwarded) {
   ProcessEvent e;
   e.kind = ProcessEvent::Kind::kSignal;
