@@ -45,10 +45,10 @@ absl::StatusOr<std::vector<std::string>> ExpandHostlist(absl::string_view hostli
 absl::StatusOr<int> TasksOnNode(absl::string_view tasks_per_node, int node_index);
 
 // The rendezvous port of a Slurm step: kSlurmBasePort + (job x 97 + step)
-// mod kSlurmPorts. Every node of the step computes the same; consecutive
-// steps of a job get different ports, and so do jobs whose ids differ by
-// less than 33, so that steps sharing a first host do not meet at one
-// port. Below torchrun's MASTER_PORT default (29500).
+// mod kSlurmPorts. Every node of the step computes the same; as 97 is prime
+// to 100, the first 100 steps of a job get 100 different ports, and so does
+// one step of 100 jobs in a row, so that steps sharing a first host do not
+// meet at one port. Below torchrun's MASTER_PORT default (29500).
 inline constexpr int kSlurmBasePort = 29400;
 inline constexpr int kSlurmPorts = 100;
 int SlurmRendezvousPort(uint64_t job_id, uint64_t step_id);

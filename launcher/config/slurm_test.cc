@@ -118,17 +118,19 @@ TEST(SlurmDefaults, TwoStepsOfAJobAreTwoRunsOnTwoPorts) {
   EXPECT_EQ(a.rdzv_endpoint.host, b.rdzv_endpoint.host);
   EXPECT_NE(a.rdzv_endpoint.port, b.rdzv_endpoint.port);
   // Every port in [29400, 29500): below torchrun's MASTER_PORT default;
-  // consecutive steps, and jobs close in number, never share one.
+  // 100 steps of a job, and one step of 100 jobs in a row, never share one.
   for (uint64_t job : {uint64_t{1}, uint64_t{4242}, uint64_t{18446744073709551615u}}) {
     for (uint64_t step = 0; step < 100; ++step) {
       const int port = SlurmRendezvousPort(job, step);
       EXPECT_GE(port, 29400);
       EXPECT_LT(port, 29500);
-      if (step > 0) EXPECT_NE(port, SlurmRendezvousPort(job, step - 1));
+      if (step > 0) {
+        EXPECT_NE(port, SlurmRendezvousPort(job, step - 1));
+      }
     }
   }
-  for (uint64_t job = 1000; job < 1032; ++job) {
-    for (uint64_t other = job + 1; other < 1033; ++other) {
+  for (uint64_t job = 1000; job < 1099; ++job) {
+    for (uint64_t other = job + 1; other < 1100; ++other) {
       EXPECT_NE(SlurmRendezvousPort(job, 0), SlurmRendezvousPort(other, 0)) << job << " " << other;
     }
   }
