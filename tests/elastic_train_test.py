@@ -107,8 +107,19 @@ class ElasticTrainTest(unittest.TestCase):
         restart_a = [e for e in ev_a if e["event"] == "restart"]
         self.assertEqual([(e["cause"], e["counted"], e["restart_count"]) for e in restart_b],
                          [("worker_failed", 1, 1)], ev_b)
-        self.assertEqual([(e["cause"], e["counted"], e["restart_count"]) for e in restart_a],
-                         [("membership", 0, 0)], ev_a)
+        # Node A restarts once too, for the new round: without spending a
+        # restart when it learns of the round's end first; but the kill also
+        # breaks A's workers' connections to node B at once, and on a loaded
+        # machine they may fail of it before the round's end reaches A (a
+        # race torchrun's agent has the same way). Then A counts that one
+        # failure, and its workers' own reports name node B as the peer.
+        self.assertEqual(len(restart_a), 1, ev_a)
+        seen_a = (restart_a[0]["cause"], restart_a[0]["counted"], restart_a[0]["restart_count"])
+        if seen_a != ("membership", 0, 0):
+            self.assertEqual(seen_a, ("worker_failed", 1, 1), ev_a)
+            reports = [e["message"] for e in ev_a if e["event"] == "worker_reported_failure"]
+            self.assertTrue(reports and all(self.cluster.hosts[2].addr in r or "aborted the group" in r
+                                            for r in reports), ev_a)
         for e in restart_a + restart_b:
             phases = e["detected_to_stopped_s"] + e["stopped_to_joined_s"] + e["joined_to_started_s"]
             self.assertAlmostEqual(phases, e["total_s"], places=5)

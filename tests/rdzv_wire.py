@@ -4,6 +4,7 @@ folder, the calls made with grpcio's generic unary-unary stubs (no
 generated service code needed)."""
 import importlib.util
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -29,8 +30,12 @@ def load_messages():
     if proto is None:
         raise FileNotFoundError("proto/rendezvous.proto not found in the runfiles")
     out = tempfile.mkdtemp(prefix="cpt-pb2-")
-    subprocess.run(["protoc", "-I", proto, "--python_out", out, "proto/rendezvous.proto"], check=True)
-    _messages = load_generated(os.path.join(out, "proto", "rendezvous_pb2.py"))
+    try:
+        subprocess.run(["protoc", "-I", proto, "--python_out", out, "proto/rendezvous.proto"], check=True)
+        _messages = load_generated(os.path.join(out, "proto", "rendezvous_pb2.py"))
+    finally:
+        # Loaded: the module lives on without its file; nothing is left in /tmp.
+        shutil.rmtree(out, ignore_errors=True)
     return _messages
 
 
