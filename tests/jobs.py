@@ -200,11 +200,13 @@ def current_workers(events, launcher_pid):
     return [p for p in started[-1]["pids"] if p in live]
 
 
-def events_in(folder):
+def events_in(folder, run_id=None):
     """The whole lines of the event logs under `folder` (each launcher's
-    <log_dir>/<run>_<suffix>/events.jsonl), as dicts, file by file."""
+    <log_dir>/<run>_<suffix>/events.jsonl; only run `run_id`'s when given),
+    as dicts, file by file."""
     out = []
-    for path in sorted(glob.glob(os.path.join(folder, "*", "events.jsonl"))):
+    launchers = "*" if run_id is None else glob.escape(run_id) + "_*"
+    for path in sorted(glob.glob(os.path.join(folder, launchers, "events.jsonl"))):
         with open(path) as f:
             out += [json.loads(line) for line in f if line.endswith("\n")]
     return out

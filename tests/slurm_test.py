@@ -16,7 +16,6 @@ meet: the job step's environment says it (launcher/config/slurm.h).
 
 Skipped, saying why, where Slurm or network namespaces cannot be had.
 """
-import json
 import os
 import re
 import shlex
@@ -72,15 +71,8 @@ class SlurmTest(unittest.TestCase):
             return f.read()
 
     def events(self, run_id):
-        """Every launcher's events of run `run_id` (its folders <run_id>_*
-        in the shared --log_dir), in order of the folders."""
-        out = []
-        for folder in jobs.node_log_folders(self.work, run_id):
-            path = os.path.join(self.logs, folder, "events.jsonl")
-            if os.path.exists(path):
-                with open(path) as f:
-                    out += [json.loads(line) for line in f if line.endswith("\n")]
-        return out
+        """Every launcher's events of run `run_id` in the shared --log_dir."""
+        return jobs.events_in(self.logs, run_id)
 
     def metrics(self, tag="job"):
         return jobs.read_metrics(os.path.join(self.work, tag + "-metrics.json"))

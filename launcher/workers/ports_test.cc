@@ -14,6 +14,23 @@
 namespace cpptorchrun::launcher {
 namespace {
 
+// 127.0.0.1:port.
+sockaddr_in Loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// A TCP socket with SO_REUSEADDR, as a server binds.
+int ReusingSocket() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  return fd;
+}
+
 TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
   auto finder = NewRealPortFinder();
   auto port = finder->FindFreePort("127.0.0.1");
@@ -47,13 +64,8 @@ TEST(Ports, FreePortIsBindableAndBusyPortIsNot) {
 // relaunched rendezvous server (SO_REUSEADDR) can listen there at once, so
 // the probe says free (issue 32: a job relaunched on the same endpoint).
 TEST(Ports, APortInTimeWaitIsFreeToAServer) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  int listener = ReusingSocket();
+  sockaddr_in a = Loopback(0);
   ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   ASSERT_EQ(listen(listener, 1), 0);
   socklen_t len = sizeof(a);
@@ -83,13 +95,8 @@ TEST(Ports, AHeldPortIsStillBindableByAWorkerThatReusesAddresses) {
   auto finder = NewRealPortFinder();
   auto port = finder->FindFreePort("127.0.0.1");
   ASSERT_TRUE(port.ok());
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(*port);
+  int fd = ReusingSocket();
+  sockaddr_in a = Loopback(*port);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
   EXPECT_EQ(listen(fd, 1), 0) << strerror(errno);
   close(fd);

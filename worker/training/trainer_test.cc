@@ -494,76 +494,81 @@ TEST(Trainer, StopsAtTheBatchAfterTheRequestAndAbortsTheCommunicator) {
   EXPECT_THAT(log.back(), HasSubstr("abort stopped at the launcher's request"));
 }
 
+// One rank training with TrainDeps::signal_request; records each
+// checkpoint written for a signal as (step, stopping).
+struct SignalRun {
+  SignalRun() {
+    deps.comm = &comm;
+    deps.train = &data;
+    deps.observers = {&steps};
+    deps.on_signal_checkpoint = [this](int64_t step, bool stopping) { written.emplace_back(step, stopping); };
+  }
+  Dataset data = Synthetic(640, 3);  // 10 batches of 64
+  StepCounter steps;
+  std::vector<std::pair<int64_t, bool>> written;
+  RecordingCommunicator comm{[](const std::string&) {}};
+  TrainDeps deps;
+};
+
+// The steps of the checkpoints in `dir`.
+std::vector<int64_t> StepsOnDisk(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : ListCheckpoints(dir)) steps.push_back(step);
+  return steps;
+}
+
 // A scheduler's SIGUSR1 (TrainDeps::signal_request): a checkpoint at the
 // next optimizer step, then training goes on; SIGTERM: a checkpoint there,
 // then Cancelled. With accumulation the request waits for the window's end.
 TEST(Trainer, ASignalsCheckpointFallsOnTheNextOptimizerStep) {
-  Dataset data = Synthetic(640, 3);  // 10 batches of 64
+  SignalRun run;
   TrainConfig config = Small();
   config.grad_accum_steps = 2;
   config.checkpoint_dir = FreshDir("signal_checkpoint");
-  StepCounter steps;
-  std::vector<std::pair<int64_t, bool>> written;
-  RecordingCommunicator comm([](const std::string&) {});
-  TrainDeps deps;
-  deps.comm = &comm;
-  deps.train = &data;
-  deps.observers = {&steps};
   // Asked once, after batch 3 (an accumulating batch): written after 4.
-  deps.signal_request = [&] { return steps.last_step == 3 ? SignalRequest::kCheckpoint : SignalRequest::kNone; };
-  deps.on_signal_checkpoint = [&](int64_t step, bool stopping) { written.emplace_back(step, stopping); };
-  absl::StatusOr<TrainMetrics> m = Train(config, deps);
+  run.deps.signal_request = [&] {
+    return run.steps.last_step == 3 ? SignalRequest::kCheckpoint : SignalRequest::kNone;
+  };
+  absl::StatusOr<TrainMetrics> m = Train(config, run.deps);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(steps.last_step, 10) << "training went on to the end";
-  EXPECT_THAT(written, ElementsAre(std::make_pair(int64_t{4}, false)));
-  std::vector<int64_t> on_disk;
-  for (const auto& [step, path] : ListCheckpoints(config.checkpoint_dir)) on_disk.push_back(step);
-  EXPECT_THAT(on_disk, Contains(4));
+  EXPECT_EQ(run.steps.last_step, 10) << "training went on to the end";
+  EXPECT_THAT(run.written, ElementsAre(std::make_pair(int64_t{4}, false)));
+  EXPECT_THAT(StepsOnDisk(config.checkpoint_dir), Contains(4));
 
   config.checkpoint_dir = FreshDir("signal_stop");
-  written.clear();
-  deps.signal_request = [&] {
-    return steps.last_step == 5 ? SignalRequest::kCheckpointAndStop : SignalRequest::kNone;
+  run.written.clear();
+  run.deps.signal_request = [&] {
+    return run.steps.last_step == 5 ? SignalRequest::kCheckpointAndStop : SignalRequest::kNone;
   };
-  m = Train(config, deps);
+  m = Train(config, run.deps);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(m.status().message(), HasSubstr("stopped on a signal after step 6, its checkpoint written"));
-  EXPECT_EQ(steps.last_step, 6);
-  EXPECT_THAT(written, ElementsAre(std::make_pair(int64_t{6}, true)));
-  on_disk.clear();
-  for (const auto& [step, path] : ListCheckpoints(config.checkpoint_dir)) on_disk.push_back(step);
-  EXPECT_THAT(on_disk, ElementsAre(6));
+  EXPECT_EQ(run.steps.last_step, 6);
+  EXPECT_THAT(run.written, ElementsAre(std::make_pair(int64_t{6}, true)));
+  EXPECT_THAT(StepsOnDisk(config.checkpoint_dir), ElementsAre(6));
 }
 
 // SIGTERM reached a peer first and it left the collective: the batch fails
 // here, and rank 0 still writes the last optimizer step it completed.
 TEST(Trainer, AFailedBatchAfterSigtermStillWritesTheLastOptimizerStep) {
-  Dataset data = Synthetic(640, 3);
+  SignalRun run;
   TrainConfig config = Small();
   config.checkpoint_dir = FreshDir("signal_failed_batch");
-  StepCounter steps;
-  std::vector<std::pair<int64_t, bool>> written;
-  RecordingCommunicator comm([](const std::string&) {});
-  TrainDeps deps;
-  deps.comm = &comm;
-  deps.train = &data;
-  deps.observers = {&steps};
   bool terminated = false;
-  deps.signal_request = [&] { return terminated ? SignalRequest::kCheckpointAndStop : SignalRequest::kNone; };
-  deps.on_signal_checkpoint = [&](int64_t step, bool stopping) { written.emplace_back(step, stopping); };
+  run.deps.signal_request = [&] {
+    return terminated ? SignalRequest::kCheckpointAndStop : SignalRequest::kNone;
+  };
   // The signal arrives during batch 5's all-reduce, which then fails.
-  comm.allreduce_result = [&] {
-    if (steps.last_step < 4) return absl::OkStatus();
+  run.comm.allreduce_result = [&] {
+    if (run.steps.last_step < 4) return absl::OkStatus();
     terminated = true;
     return absl::UnavailableError("the peer has gone");
   };
-  absl::StatusOr<TrainMetrics> m = Train(config, deps);
+  absl::StatusOr<TrainMetrics> m = Train(config, run.deps);
   EXPECT_FALSE(m.ok());
-  EXPECT_EQ(steps.last_step, 4);
-  EXPECT_THAT(written, ElementsAre(std::make_pair(int64_t{4}, true)));
-  std::vector<int64_t> on_disk;
-  for (const auto& [step, path] : ListCheckpoints(config.checkpoint_dir)) on_disk.push_back(step);
-  EXPECT_THAT(on_disk, ElementsAre(4));
+  EXPECT_EQ(run.steps.last_step, 4);
+  EXPECT_THAT(run.written, ElementsAre(std::make_pair(int64_t{4}, true)));
+  EXPECT_THAT(StepsOnDisk(config.checkpoint_dir), ElementsAre(4));
 }
 
 TEST(Trainer, ALibTorchErrorBecomesAStatusAndAbortsTheCommunicator) {
