@@ -122,10 +122,15 @@ int main(int argc, char** argv) {
       record_dir = next();
       std::string suffix = std::to_string(rank) + "." + std::to_string(restart);
       {
-        // Closed before the pid file appears: a test that sees the pid file
-        // reads a whole environment.
-        std::ofstream env(record_dir + "/env." + suffix);
-        for (char** e = environ; *e != nullptr; ++e) env << *e << "\n";
+        // Written under a temporary name and renamed: a worker stopped while
+        // writing (a peer failed first) leaves no env file, never a partial
+        // one, and a test that sees the pid file reads a whole environment.
+        std::string tmp = record_dir + "/.env." + suffix;
+        {
+          std::ofstream env(tmp);
+          for (char** e = environ; *e != nullptr; ++e) env << *e << "\n";
+        }
+        std::rename(tmp.c_str(), (record_dir + "/env." + suffix).c_str());
       }
       std::ofstream(record_dir + "/pid." + suffix) << getpid() << " " << getpgid(0) << "\n";
     } else if (a == "--on_signal") {
