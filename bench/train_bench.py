@@ -37,7 +37,8 @@ def torch_available():
 def _run_json(argv, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "metrics.json")
-        argv = [a.replace("{metrics}", path) for a in argv]
+        argv = [a.replace("{metrics}", path).replace("{checkpoints}", os.path.join(tmp, "checkpoints"))
+                for a in argv]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                            env=env, cwd=ROOT)
@@ -83,6 +84,11 @@ def attempt_twice(label, fn, log, failed):
     return None
 
 
+# Issue 37: checkpoints every 50 optimizer steps (into a fresh folder per
+# run), against the same job with none, at most 5% slower.
+CHECKPOINT_EVERY_50 = ("--checkpoint_dir", "{checkpoints}", "--checkpoint_every", "50")
+
+
 def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=print, limit=0,
             failed=lambda run, reason: None):
     """Returns {(who, world): [metrics, ...]}, runs interleaved; every
@@ -94,6 +100,8 @@ def measure(bin_dir, repeat=2, epochs=1, timeout=900, with_reference=True, log=p
                                                          backend="auto"))]
             if world == 2:
                 runs.append(("cpptorchrun-gloo", lambda w=world: ours(bin_dir, w, epochs, timeout, limit)))
+                runs.append(("cpptorchrun-ckpt50", lambda w=world: ours(
+                    bin_dir, w, epochs, timeout, limit, extra=CHECKPOINT_EVERY_50, backend="auto")))
             if with_reference:
                 runs.append(("python", lambda w=world: reference(w, epochs, timeout, limit)))
             for who, fn in runs:
@@ -129,6 +137,13 @@ def summarise(out):
                      "accuracy %.4f%s" % (med[("cpptorchrun-gloo", 2)], acc[("cpptorchrun-gloo", 2)],
                                           ", %.2fx python" % (med[("cpptorchrun-gloo", 2)] / med[("python", 2)])
                                           if ("python", 2) in med else ""))
+    if ("cpptorchrun-ckpt50", 2) in med and ("cpptorchrun", 2) in med:
+        written = statistics.median(m.get("checkpoints_written", 0) for m in out[("cpptorchrun-ckpt50", 2)])
+        waited = statistics.median(m.get("checkpoint_wait_seconds", 0) for m in out[("cpptorchrun-ckpt50", 2)])
+        lines.append("world 2, train --checkpoint_every 50: %.0f samples/s, %.1f%% slower than without "
+                     "checkpoints (goal <= 5%%); %d checkpoints written, %.3f s waited for the writer" % (
+                         med[("cpptorchrun-ckpt50", 2)],
+                         100 * (1 - med[("cpptorchrun-ckpt50", 2)] / med[("cpptorchrun", 2)]), written, waited))
     return med, acc, lines
 
 

@@ -79,6 +79,12 @@ struct TrainMetrics {
   int64_t restart_count = 0;
   // The global batch index restored from a checkpoint; -1 when none.
   int64_t resumed_from_step = -1;
+  // Rank 0's checkpoints (checkpoint_writer.h): how many were written in
+  // the background, and the seconds the training thread waited for the
+  // writer (a snapshot still waiting, a signal's checkpoint, and the last
+  // one, waited for after train_seconds ends).
+  int64_t checkpoints_written = 0;
+  double checkpoint_wait_seconds = 0;
   std::string backend;
 };
 

@@ -43,7 +43,8 @@ TEST(Metrics, JsonHasTheRequiredKeys) {
                           "samples_per_s", "cpu_seconds", "test_accuracy", "final_loss", "restart_count",
                           "resumed_from_step", "step_seconds_mean", "step_seconds_median", "backward_seconds_mean",
                           "comm_wait_seconds", "allreduce_timed_steps", "allreduce_seconds",
-                          "allreduce_hidden_seconds", "allreduce", "hidden"}) {
+                          "allreduce_hidden_seconds", "allreduce", "hidden", "checkpoints_written",
+                          "checkpoint_wait_seconds"}) {
     EXPECT_THAT(json, HasSubstr(std::string("\"") + key + "\": ")) << key;
   }
   EXPECT_THAT(json, HasSubstr("\"samples_per_s\": 3000"));

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "worker/training/allreduce_mode.h"
 #include "worker/training/checkpoint.h"
+#include "worker/training/checkpoint_writer.h"
 #include "worker/training/ddp.h"
 #include "worker/data/sampler.h"
 #include "worker/training/optimizers.h"
@@ -302,8 +303,16 @@ class TrainingRun {
                                     AllReduceMode mode);
   // The observers' report of the batch just done.
   void Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch);
-  // Rank 0 writes `at` when checkpoints are on; the others do nothing.
+  // Rank 0 snapshots `at` in memory and hands it to the background writer
+  // when checkpoints are on; the others do nothing. Returns the error of
+  // an earlier background write.
   absl::Status Save(const Position& at);
+  // Save, then wait until the checkpoint is on disk (a scheduler's signal
+  // asked for it: it must be there before the worker says so or stops).
+  absl::Status SaveDurably(const Position& at);
+  // Waits for the background writer; the wait is added to
+  // checkpoint_wait_seconds_.
+  absl::Status FlushCheckpoints();
   // The job's figures: samples summed, rank 0's clock, CPU time summed,
   // the last epoch's loss averaged.
   absl::Status AgreeOnFigures(TrainMetrics& metrics);
@@ -342,6 +351,9 @@ class TrainingRun {
   SignalRequest pending_signal_ = SignalRequest::kNone;
   Position last_opt_step_;
   int64_t saved_step_ = -1;
+  // Rank 0's, when checkpoints are on: writes them off the training path.
+  std::unique_ptr<CheckpointWriter> writer_;
+  double checkpoint_wait_seconds_ = 0;
 };
 
 Mlp InitialisedMlp(const TrainConfig& config) {
@@ -366,6 +378,10 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
       optimizer_(config.optimizer, params_, BaseLearningRate(config)),
       images_(ImagesTensor(*deps.train)),
       labels_(LabelsTensor(*deps.train)) {
+  if (comm_.rank() == 0 && !config.checkpoint_dir.empty()) {
+    writer_ = std::make_unique<CheckpointWriter>(
+        CheckpointWriter::WriteTo(config.checkpoint_dir, config.keep_checkpoints));
+  }
   schedule_.base_lr = BaseLearningRate(config);
   schedule_.scale = int64_t{comm_.world_size()} * config.grad_accum_steps;
   schedule_.scale_lr = config.scale_lr;
@@ -451,7 +467,7 @@ absl::Status TrainingRun::RunEpoch() {
     }
     if (const SignalRequest request = PollSignals(); request != SignalRequest::kNone && plan.sync) {
       pending_signal_ = SignalRequest::kNone;
-      if (saved_step_ != pos_.global_step) CPPTORCHRUN_RETURN_IF_ERROR(Save(pos_));
+      CPPTORCHRUN_RETURN_IF_ERROR(saved_step_ != pos_.global_step ? SaveDurably(pos_) : FlushCheckpoints());
       const bool stopping = request == SignalRequest::kCheckpointAndStop;
       if (deps_.on_signal_checkpoint) deps_.on_signal_checkpoint(pos_.global_step, stopping);
       if (stopping) {
@@ -480,7 +496,7 @@ void TrainingRun::SaveBeforeStopping() {
   if (PollSignals() != SignalRequest::kCheckpointAndStop || saved_step_ == last_opt_step_.global_step) return;
   // The parameters and the optimizer change only at an optimizer step,
   // which the failed batch did not reach: they are last_opt_step_'s.
-  if (absl::Status saved = Save(last_opt_step_); !saved.ok()) {
+  if (absl::Status saved = SaveDurably(last_opt_step_); !saved.ok()) {
     warn_(absl::StrCat("stopping on a signal: the checkpoint of step ", last_opt_step_.global_step,
                        " could not be written: ", saved.message()));
     return;
@@ -530,11 +546,26 @@ void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t
 }
 
 absl::Status TrainingRun::Save(const Position& at) {
-  if (comm_.rank() != 0 || config_.checkpoint_dir.empty()) return absl::OkStatus();
+  if (writer_ == nullptr) return absl::OkStatus();
   saved_step_ = at.global_step;
-  return WriteCheckpoint(config_.checkpoint_dir, at.global_step,
-                         Snapshot(params_, optimizer_, at, comm_.world_size(), config_),
-                         config_.keep_checkpoints);
+  CheckpointState snapshot = Snapshot(params_, optimizer_, at, comm_.world_size(), config_);
+  const double start = now_();
+  absl::Status submitted = writer_->Submit(at.global_step, std::move(snapshot));
+  checkpoint_wait_seconds_ += now_() - start;
+  return submitted;
+}
+
+absl::Status TrainingRun::SaveDurably(const Position& at) {
+  CPPTORCHRUN_RETURN_IF_ERROR(Save(at));
+  return FlushCheckpoints();
+}
+
+absl::Status TrainingRun::FlushCheckpoints() {
+  if (writer_ == nullptr) return absl::OkStatus();
+  const double start = now_();
+  absl::Status flushed = writer_->Flush();
+  checkpoint_wait_seconds_ += now_() - start;
+  return flushed;
 }
 
 absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
@@ -579,6 +610,14 @@ absl::Status TrainingRun::CompareReplicas(TrainMetrics& metrics) {
 absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   TrainMetrics metrics = metrics_;
   CPPTORCHRUN_RETURN_IF_ERROR(AgreeOnFigures(metrics));
+  // The training time ends with the last step; the last checkpoint's write
+  // is waited for here and reported on its own.
+  CPPTORCHRUN_RETURN_IF_ERROR(FlushCheckpoints());
+  if (writer_ != nullptr) {
+    const CheckpointWriter::Stats stats = writer_->stats();
+    metrics.checkpoints_written = stats.written;
+    metrics.checkpoint_wait_seconds = checkpoint_wait_seconds_;
+  }
   CPPTORCHRUN_RETURN_IF_ERROR(CompareReplicas(metrics));
   metrics.steps = run_batches_;
   if (!step_seconds_.empty()) {

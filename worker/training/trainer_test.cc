@@ -197,6 +197,10 @@ TEST(Trainer, ResumeAfterAKillEndsWithTheSameParameters) {
   config.checkpoint_dir = FreshDir("uninterrupted");
   Outcome whole = TrainOn(1, config, data);
   ASSERT_TRUE(whole.status.ok()) << whole.status;
+  // Steps 3, 6, 9, the end of epoch 0 (10), 12, 15, 18 and the end (20),
+  // all written by the background writer before Train returned.
+  EXPECT_EQ(whole.metrics.checkpoints_written, 8);
+  EXPECT_EQ(ListCheckpoints(config.checkpoint_dir).front().first, 20);
 
   config.checkpoint_dir = FreshDir("interrupted");
   TrainConfig killed = config;
