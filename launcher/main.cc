@@ -387,7 +387,7 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
   o.role = c.role;
   o.max_restarts = c.max_restarts;
   o.monitor_interval = c.monitor_interval;
-  o.worker_timeout = c.worker_timeout;
+  o.hang.fixed_silence = c.worker_timeout;
   o.shutdown_timeout = c.shutdown_timeout;
   o.exit_barrier_timeout = c.exit_barrier_timeout;
   o.redirects = c.redirects;

@@ -1,7 +1,10 @@
 """Scenarios 5 and 6: faults the job must ride out.
 
 5. A worker hangs (SIGSTOP): --worker_timeout catches the silence, the
-   group restarts and resumes from the checkpoint.
+   group restarts and resumes from the checkpoint. With default settings
+   (the adaptive deadline) on the second of two hosts, the launcher there
+   names it (rank, host, process state) within 15 s, and the first host's
+   launcher, whose workers only wait for it, accuses nobody.
 6. The rendezvous server is killed (SIGKILL) and started again on the same
    port during a 2-node job: training goes on without a restart, the agents
    re-register their round, and a worker failure after that still recovers
@@ -44,6 +47,36 @@ class FaultsTest(unittest.TestCase):
         m = jobs.read_metrics(node.metrics)
         self.assertGreater(m["resumed_from_step"], 0)
         self.assertEqual(m["restart_count"], 1)
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def test_a_stopped_worker_on_the_second_host_is_named_by_default(self):
+        # As a user types it: no --worker_timeout, train's default heartbeats.
+        train = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "8"]
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "2:2",
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf())
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "2:2",
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf())
+        jobs.wait_checkpoint(self.ckpt)
+        victim = harness.wait_for(b.worker_pids, 30, "node B's workers")[1]
+        with open("/proc/%d/environ" % victim, "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        rank = int(env[b"RANK"])
+        os.kill(victim, signal.SIGSTOP)
+        self.assertEqual(b.wait(600), 0, b.text()[-4000:])
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        hangs = jobs.named(b.events(), "hang_detected")
+        self.assertEqual(len(hangs), 1, b.events())
+        hang = hangs[0]
+        self.assertEqual(hang["culprit_ranks"], [rank], hang)
+        self.assertEqual(hang["culprit_hosts"], [self.cluster.hosts[2].name], hang)
+        self.assertEqual(hang["waiting_ranks"], [], hang)
+        self.assertIn("rank %d: stopped (T)" % rank, hang["process_states"])
+        # The rule's figures: the floor, and the time since the last step
+        # seen (a heartbeat's period after the stop at most, plus the look).
+        self.assertEqual(hang["deadline_s"], 10.0, hang)
+        self.assertLess(hang["waited_s"], 15.0, hang)
+        self.assertEqual(jobs.named(a.events(), "hang_detected"), [], "node A's workers only waited")
+        self.assertIn("hung", [e.get("status") for e in b.events() if e["event"] == "worker_failed"])
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
 
     def status(self):

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,7 +12,9 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "base/files.h"
@@ -23,6 +26,12 @@
 
 namespace cpptorchrun::launcher {
 namespace {
+
+// This machine's name as `hostname` prints it ("" when unknown).
+std::string ThisHostname() {
+  char name[256] = {0};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
+}
 
 // Waits for SIGKILLed processes to be reaped at most this long.
 constexpr absl::Duration kKillWait = absl::Seconds(10);
@@ -69,6 +78,7 @@ std::string NewNodeSecret() {
 
 ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
   host_ = o_.node.host();
+  hostname_ = ThisHostname();
   // A worker's start-up event wakes the monitor loop, so a restart's
   // phases are recorded when the last worker makes its first step.
   if (o_.progress != nullptr && o_.processes != nullptr) {
@@ -121,7 +131,9 @@ WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int local
   in.run_id = o_.run_id;
   in.error_file = error_file;
   in.agent_socket = o_.agent_socket;
-  in.worker_timeout = o_.worker_timeout;
+  // The worker's own stall bound: a fixed --worker_timeout; under the
+  // adaptive rule the worker keeps its default (the launcher judges steps).
+  in.worker_timeout = o_.hang.fixed_silence.value_or(absl::ZeroDuration());
   in.rdzv_endpoint = o_.rdzv_endpoint_for_workers;
   in.rdzv_token_file = o_.rdzv_token_file;
   in.rdzv_ca_file = o_.rdzv_ca_file;
@@ -252,6 +264,50 @@ bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
   return false;
 }
 
+void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerView>& views, absl::Time now) {
+  std::vector<int64_t> culprit_ranks, waiting_ranks;
+  std::vector<std::string> states;
+  double waited_s = 0, deadline_s = 0;
+  int64_t step = -1;
+  for (int lr : check.hung) {
+    Worker& w = workers_[lr];
+    const WorkerView& v = views[lr];
+    const bool culprit = std::count(check.culprits.begin(), check.culprits.end(), lr) > 0;
+    (culprit ? culprit_ranks : waiting_ranks).push_back(w.rank);
+    const std::string state = ProcessState(w.pid);
+    states.push_back(absl::StrCat("rank ", w.rank, ": ", state));
+    waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.progress.last_progress.value_or(now)));
+    deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
+                                          HangDeadline(v.progress, o_.hang))));
+    step = step < 0 ? v.progress.step : std::min(step, v.progress.step);
+    FailureRecord f;
+    f.rank = w.rank;
+    f.local_rank = lr;
+    f.host = host_;
+    f.status = ExitStatus::Killed(SIGKILL);
+    f.pid = w.pid;
+    f.time = now;
+    f.sequence = exit_sequence_++;
+    f.message = HungMessage(v.watch(), now, o_.hang);
+    w.failure = f;
+    w.stopping = true;
+    spdlog::warn("worker rank {} (local rank {}, pid {}, {}) is {}", w.rank, lr, w.pid, state, f.message);
+  }
+  // The culprits: the ranks stuck themselves; when every hung rank here
+  // still heartbeats (waiting on a peer no node named in time), none.
+  Event("hang_detected",
+        {{"culprit_ranks", culprit_ranks},
+         {"culprit_hosts", culprit_ranks.empty() ? std::vector<std::string>{} : std::vector<std::string>{hostname_}},
+         {"waiting_ranks", waiting_ranks}, {"host", hostname_}, {"address", host_}, {"step", step},
+         {"waited_s", waited_s}, {"deadline_s", deadline_s}, {"process_states", absl::StrJoin(states, "; ")}});
+  for (int lr : check.hung) {
+    Worker& w = workers_[lr];
+    Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
+                            {"status", std::string("hung")}});
+    o_.processes->SignalGroup(w.pid, SIGKILL);
+  }
+}
+
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   for (;;) {
     RecordWorkerStartup();
@@ -264,34 +320,18 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
       v.status = w.status;
       if (o_.progress != nullptr && !w.exited) {
         v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+        v.progress = o_.progress->Progress(w.local_rank);
+        if (v.last_heartbeat.has_value()) {
+          const std::string state = ProcessState(w.pid);
+          v.frozen = absl::StartsWith(state, "stopped") || absl::StartsWith(state, "uninterruptible");
+        }
         v.finished = o_.progress->Finished(w.local_rank);
       }
       views.push_back(v);
     }
-    GroupCheck check = CheckGroup(views, now, o_.worker_timeout, o_.monitor_interval);
+    GroupCheck check = CheckGroup(views, now, o_.hang, o_.monitor_interval);
     if (check.outcome == GroupOutcome::kFailed) {
-      for (int lr : check.hung) {
-        Worker& w = workers_[lr];
-        auto last = o_.progress->LastHeartbeat(lr);
-        FailureRecord f;
-        f.rank = w.rank;
-        f.local_rank = lr;
-        f.host = host_;
-        f.status = ExitStatus::Killed(SIGKILL);
-        f.pid = w.pid;
-        f.time = now;
-        f.sequence = exit_sequence_++;
-        f.message = absl::StrCat("hung: no heartbeat for ",
-                                 absl::FormatDuration(now - last.value_or(now)),
-                                 " (--worker_timeout ", absl::FormatDuration(o_.worker_timeout),
-                                 "); killed");
-        w.failure = f;
-        w.stopping = true;
-        spdlog::warn("worker rank {} (local rank {}, pid {}) is hung: killing it", w.rank, lr, w.pid);
-        Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
-                                {"status", std::string("hung")}});
-        o_.processes->SignalGroup(w.pid, SIGKILL);
-      }
+      if (!check.hung.empty()) KillHung(check, views, now);
       return {Outcome::kFailed, 0, ""};
     }
     if (check.outcome == GroupOutcome::kSucceeded) return {Outcome::kSucceeded, 0, ""};

@@ -49,7 +49,8 @@ struct AgentOptions {
   std::string role = "default";
   int max_restarts = 0;
   absl::Duration monitor_interval = absl::Seconds(5);
-  absl::Duration worker_timeout = absl::Seconds(300);
+  // When a worker is hung (--worker_timeout: its fixed_silence).
+  HangOptions hang;
   absl::Duration shutdown_timeout = absl::Seconds(30);
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
   StdSpec redirects;
@@ -176,6 +177,9 @@ class ElasticAgent {
                             const std::string& error_file) const;
   StreamSink Sink(int local_rank, int rank, int bit, const std::string& attempt_dir) const;
   MonitorResult Monitor();
+  // Kills the ranks CheckGroup found hung, records their failures and one
+  // hang_detected event naming the culprits (hang_policy.h's IsCulprit).
+  void KillHung(const GroupCheck& check, const std::vector<WorkerView>& views, absl::Time now);
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo, StopKind kind);
@@ -255,6 +259,7 @@ class ElasticAgent {
   std::vector<Worker> workers_;
   int exit_sequence_ = 0;
   std::string host_;
+  std::string hostname_;  // as `hostname` prints it
   std::optional<PendingRestart> restart_;
   // A restart whose workers have not all made their first step yet.
   struct PendingStartup {

@@ -32,7 +32,7 @@ class AgentTest : public ::testing::Test {
     o_.run_id = "job";
     o_.max_restarts = 0;
     o_.monitor_interval = absl::Seconds(5);
-    o_.worker_timeout = absl::Seconds(10);
+    o_.hang.fixed_silence = absl::Seconds(10);
     o_.shutdown_timeout = absl::Seconds(30);
     o_.exit_barrier_timeout = absl::Seconds(1);
     o_.blocking_call_grace = absl::Seconds(60);  // the fakes answer at once
@@ -445,7 +445,7 @@ TEST_F(AgentTest, SigtermIgnoredMeansSigkillAfterShutdownTimeout) {
 }
 
 TEST_F(AgentTest, SilentWorkerIsHungAndKilled) {
-  o_.worker_timeout = absl::Seconds(10);
+  o_.hang.fixed_silence = absl::Seconds(10);
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
     if (lr != 1) return;
@@ -468,8 +468,78 @@ TEST_F(AgentTest, SilentWorkerIsHungAndKilled) {
   EXPECT_THAT(printed_, HasSubstr("hung"));
 }
 
+// Local rank 1 heartbeats every second for `beats` seconds; its step
+// advances 30 a beat (a 33 ms step) for 20 s, then stops. Local rank 0
+// sends nothing (a Python worker).
+void StepThenStall(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board,
+                   int beats) {
+  if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
+  for (int i = 1; i <= beats; ++i) {
+    p.CallAt(s.time + absl::Seconds(i), [&board, s, i] {
+      agent::v1::Heartbeat hb;
+      hb.set_rank(1);
+      hb.set_local_rank(1);
+      hb.set_pid(s.pid);
+      hb.set_step(30 * std::min(i, 20));
+      hb.set_total_steps(100000);
+      board.Heartbeat(hb);
+    });
+  }
+}
+
+std::map<std::string, EventValue> OnlyEvent(const MemoryEventLog& log, const std::string& event) {
+  std::map<std::string, EventValue> out;
+  int seen = 0;
+  for (const auto& [name, list] : log.events()) {
+    if (name != event) continue;
+    ++seen;
+    out = std::map<std::string, EventValue>(list.begin(), list.end());
+  }
+  EXPECT_EQ(seen, 1) << event;
+  return out;
+}
+
+TEST_F(AgentTest, ByDefaultARankWhoseHeartbeatsStopIsTheCulpritAfterTheFloor) {
+  o_.hang = HangOptions();  // --worker_timeout auto
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StepThenStall(p, s, board_, 20);  // stopped at 20 s: no more heartbeats either
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  // The last advance came at t0 + 20 s: hung 10 s (the floor) later.
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(30));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("step 600 has not advanced for 10s (deadline 10s"));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("its heartbeats stopped"));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
+  EXPECT_EQ(std::get<std::vector<std::string>>(hang.at("culprit_hosts")).size(), 1u);
+  EXPECT_TRUE(std::get<std::vector<int64_t>>(hang.at("waiting_ranks")).empty());
+  EXPECT_EQ(std::get<int64_t>(hang.at("step")), 600);
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 10.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
+}
+
+TEST_F(AgentTest, ARankStillHeartbeatingIsWaitingAndGivenTwiceTheDeadline) {
+  o_.hang = HangOptions();
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StepThenStall(p, s, board_, 60);  // heartbeats go on: waiting in a collective
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(40));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("x2 while it still heartbeats"));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_TRUE(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")).empty());
+  EXPECT_TRUE(std::get<std::vector<std::string>>(hang.at("culprit_hosts")).empty());
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("waiting_ranks")), std::vector<int64_t>{1});
+}
+
 TEST_F(AgentTest, HeartbeatsKeepAWorkerAlive) {
-  o_.worker_timeout = absl::Seconds(10);
+  o_.hang.fixed_silence = absl::Seconds(10);
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     for (int i = 1; i <= 5; ++i) {
       p.CallAt(s.time + absl::Seconds(8 * i), [this, s] {

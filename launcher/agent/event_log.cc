@@ -21,6 +21,11 @@ std::string Value(const EventValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return absl::StrCat(*i);
   if (const auto* d = std::get_if<double>(&v)) return absl::StrFormat("%.6f", *d);
   if (const auto* s = std::get_if<std::string>(&v)) return base::JsonString(*s);
+  if (const auto* list = std::get_if<std::vector<std::string>>(&v)) {
+    std::vector<std::string> quoted;
+    for (const std::string& item : *list) quoted.push_back(base::JsonString(item));
+    return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+  }
   return absl::StrCat("[", absl::StrJoin(std::get<std::vector<int64_t>>(v), ", "), "]");
 }
 

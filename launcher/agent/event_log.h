@@ -46,7 +46,7 @@
 
 namespace cpptorchrun::launcher {
 
-using EventValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
+using EventValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>>;
 using EventField = std::pair<std::string, EventValue>;
 
 // Thread-safe.

@@ -56,6 +56,7 @@ bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
   RankReport& r = *target;
   r.heartbeat = heartbeat;
   r.last_heartbeat = now;
+  ObserveStep(r.progress, now, heartbeat.step(), heartbeat.total_steps());
   return true;
 }
 
@@ -81,15 +82,22 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
     switch (e.kind()) {
       case Kind::STARTED:
         if (!r.last_heartbeat.has_value()) r.last_heartbeat = now;
+        if (!r.progress.last_progress.has_value()) r.progress.last_progress = now;
         r.started_at = now;
         r.can_wait_warm = e.can_wait_warm();
         break;
       case Kind::COMMUNICATOR_READY:
         r.comm_ready_at = now;
         break;
-      case Kind::FIRST_STEP:
+      case Kind::FIRST_STEP: {
         r.first_step_at = now;
+        // The first step's time, from the latest of communicator ready and
+        // checkpoint restored, is the first estimate of a step.
+        std::optional<absl::Time> from = r.resumed_at.has_value() ? r.resumed_at : r.comm_ready_at;
+        if (!from.has_value()) from = r.started_at;
+        ObserveFirstStep(r.progress, now, e.step(), from.has_value() ? now - *from : absl::ZeroDuration());
         break;
+      }
       case Kind::RESUMED:
         r.resumed_step = e.step();
         r.resumed_at = now;
@@ -187,6 +195,13 @@ std::optional<absl::Time> ProgressBoard::LastHeartbeat(int local_rank) const {
   auto it = reports_.find(local_rank);
   if (it == reports_.end()) return std::nullopt;
   return it->second.last_heartbeat;
+}
+
+StepProgress ProgressBoard::Progress(int local_rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = reports_.find(local_rank);
+  if (it == reports_.end()) return {};
+  return it->second.progress;
 }
 
 bool ProgressBoard::Finished(int local_rank) const {

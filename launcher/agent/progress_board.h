@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "launcher/agent/event_log.h"
+#include "launcher/agent/hang_policy.h"
 #include "proto/agent.pb.h"
 #include "proto/rendezvous.pb.h"
 #include "base/clock.h"
@@ -30,6 +31,7 @@ namespace cpptorchrun::launcher {
 struct RankReport {
   agent::v1::Heartbeat heartbeat;            // the latest (rank, pid, epoch, step, loss, ...)
   std::optional<absl::Time> last_heartbeat;  // when a heartbeat or STARTED came; none yet
+  StepProgress progress;                     // its steps over time, for its hang deadline
   bool finished = false;                     // sent FINISHED: silence is expected
   int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
   std::string failure;                       // FAILED: the worker's own message
@@ -94,6 +96,8 @@ class ProgressBoard {
   void SetLastRestart(const rdzv::v1::RestartPhases& phases);
   std::optional<rdzv::v1::RestartPhases> LastRestart() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
+  // The rank's steps as its heartbeats showed them (empty: none yet).
+  StepProgress Progress(int local_rank) const;
   bool Finished(int local_rank) const;
   // The FAILED event's message of the worker at `local_rank`; empty: none.
   std::string ReportedFailure(int local_rank) const;

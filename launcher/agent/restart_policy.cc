@@ -3,8 +3,8 @@
 
 namespace cpptorchrun::launcher {
 
-GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now,
-                      absl::Duration worker_timeout, absl::Duration monitor_interval) {
+GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now, const HangOptions& hang,
+                      absl::Duration monitor_interval) {
   GroupCheck check;
   check.next_check = now + monitor_interval;
   bool all_succeeded = true;
@@ -16,12 +16,13 @@ GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now,
       continue;
     }
     all_succeeded = false;
-    if (w.last_heartbeat.has_value() && !w.finished) {
-      absl::Time deadline = *w.last_heartbeat + worker_timeout;
-      if (now >= deadline) {
+    if (w.finished) continue;
+    if (std::optional<absl::Time> deadline = HangTime(w.watch(), now, hang)) {
+      if (now >= *deadline) {
         check.hung.push_back(i);
-      } else if (deadline < check.next_check) {
-        check.next_check = deadline;
+        if (IsCulprit(w.watch(), now, hang)) check.culprits.push_back(i);
+      } else if (*deadline < check.next_check) {
+        check.next_check = *deadline;
       }
     }
   }

@@ -1,6 +1,6 @@
 // The supervision rules as pure functions of (now, state, options): whether
 // a worker group is running, succeeded or failed (a worker exited non-zero
-// or fell silent past --worker_timeout), when to look again, and what to do
+// or is hung: hang_policy.h), when to look again, and what to do
 // after a group stops.
 #ifndef CPPTORCHRUN_LAUNCHER_RESTART_POLICY_H_
 #define CPPTORCHRUN_LAUNCHER_RESTART_POLICY_H_
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "launcher/agent/hang_policy.h"
 #include "launcher/workers/process.h"
 
 namespace cpptorchrun::launcher {
@@ -18,7 +19,11 @@ struct WorkerView {
   bool exited = false;
   ExitStatus status;
   std::optional<absl::Time> last_heartbeat;  // none: never heartbeated
+  StepProgress progress;                     // its steps, as its heartbeats said
+  bool frozen = false;                       // stopped (T) or in uninterruptible sleep (D)
   bool finished = false;                     // sent FINISHED
+
+  RankWatch watch() const { return {progress, last_heartbeat, frozen}; }
 };
 
 enum class GroupOutcome { kRunning, kSucceeded, kFailed };
@@ -26,15 +31,16 @@ enum class GroupOutcome { kRunning, kSucceeded, kFailed };
 struct GroupCheck {
   GroupOutcome outcome = GroupOutcome::kRunning;
   std::vector<int> failed;  // local ranks that exited non-zero
-  std::vector<int> hung;    // local ranks silent past worker_timeout
+  std::vector<int> hung;    // local ranks past their hang deadline (hang_policy.h)
+  std::vector<int> culprits;  // those of them stuck themselves (IsCulprit), not waiting on a peer
   absl::Time next_check;    // when to look again at the latest
 };
 
-// kFailed when any worker exited non-zero or is hung; kSucceeded when all
-// exited 0; else kRunning. next_check is the earliest hang deadline, bounded
-// by now + monitor_interval.
-GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now,
-                      absl::Duration worker_timeout, absl::Duration monitor_interval);
+// kFailed when any worker exited non-zero or is hung (IsHung); kSucceeded
+// when all exited 0; else kRunning. next_check is the earliest hang
+// deadline, bounded by now + monitor_interval.
+GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now, const HangOptions& hang,
+                      absl::Duration monitor_interval);
 
 enum class StopCause {
   kSucceeded,

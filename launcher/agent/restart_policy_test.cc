@@ -10,17 +10,24 @@ namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
+// --worker_timeout given: hung after that many seconds of silence.
+HangOptions Fixed(int seconds) {
+  HangOptions o;
+  o.fixed_silence = absl::Seconds(seconds);
+  return o;
+}
+
 TEST(CheckGroup, RunningSucceededFailed) {
   std::vector<WorkerView> w(2);
-  auto c = CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5));
+  auto c = CheckGroup(w, kT0, Fixed(10), absl::Seconds(5));
   EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
   EXPECT_EQ(c.next_check, kT0 + absl::Seconds(5));
   w[0].exited = true;
-  EXPECT_EQ(CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5)).outcome, GroupOutcome::kRunning);
+  EXPECT_EQ(CheckGroup(w, kT0, Fixed(10), absl::Seconds(5)).outcome, GroupOutcome::kRunning);
   w[1].exited = true;
-  EXPECT_EQ(CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5)).outcome, GroupOutcome::kSucceeded);
+  EXPECT_EQ(CheckGroup(w, kT0, Fixed(10), absl::Seconds(5)).outcome, GroupOutcome::kSucceeded);
   w[1].status = ExitStatus::Killed(SIGSEGV);
-  c = CheckGroup(w, kT0, absl::Seconds(10), absl::Seconds(5));
+  c = CheckGroup(w, kT0, Fixed(10), absl::Seconds(5));
   EXPECT_EQ(c.outcome, GroupOutcome::kFailed);
   EXPECT_EQ(c.failed, std::vector<int>{1});
 }
@@ -30,16 +37,16 @@ TEST(CheckGroup, HungAfterSilence) {
   w[1].last_heartbeat = kT0;
   w[2].last_heartbeat = kT0 + absl::Seconds(3);
   // Before the timeout: running, and the next check is the first deadline.
-  auto c = CheckGroup(w, kT0 + absl::Seconds(2), absl::Seconds(4), absl::Seconds(60));
+  auto c = CheckGroup(w, kT0 + absl::Seconds(2), Fixed(4), absl::Seconds(60));
   EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
   EXPECT_EQ(c.next_check, kT0 + absl::Seconds(4));
-  c = CheckGroup(w, kT0 + absl::Seconds(4), absl::Seconds(4), absl::Seconds(60));
+  c = CheckGroup(w, kT0 + absl::Seconds(4), Fixed(4), absl::Seconds(60));
   EXPECT_EQ(c.outcome, GroupOutcome::kFailed);
   EXPECT_EQ(c.hung, std::vector<int>{1});
   EXPECT_EQ(c.next_check, kT0 + absl::Seconds(7));
   // A worker that never heartbeated is never hung; one that finished neither.
   w[1].finished = true;
-  c = CheckGroup(w, kT0 + absl::Seconds(5), absl::Seconds(4), absl::Seconds(60));
+  c = CheckGroup(w, kT0 + absl::Seconds(5), Fixed(4), absl::Seconds(60));
   EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
 }
 

@@ -101,7 +101,9 @@ struct LaunchConfig {
   // cpptorchrun's own.
   int fake_gpus = 0;  // 0: real devices
   int metrics_port = -1;  // --metrics_port; -1: off
-  absl::Duration worker_timeout = absl::Seconds(300);
+  // --worker_timeout: a fixed bound on a worker's silence; nullopt (auto,
+  // the default): the adaptive deadline of launcher/agent/hang_policy.h.
+  std::optional<absl::Duration> worker_timeout;
   absl::Duration shutdown_timeout = absl::Seconds(30);
   absl::Duration exit_barrier_timeout = absl::Seconds(300);
   std::string log_level = "info";

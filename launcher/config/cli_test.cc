@@ -128,7 +128,7 @@ TEST(Cli, TorchrunDefaults) {
   EXPECT_FALSE(c.master_port_given);
   EXPECT_THAT(c.signals_to_handle, ElementsAre(SIGTERM, SIGINT, SIGHUP, SIGQUIT));
   EXPECT_EQ(c.fake_gpus, 0);
-  EXPECT_EQ(c.worker_timeout, absl::Seconds(300));
+  EXPECT_FALSE(c.worker_timeout.has_value());  // auto: the adaptive deadline
   EXPECT_EQ(c.shutdown_timeout, absl::Seconds(30));
   EXPECT_EQ(c.exit_barrier_timeout, absl::Seconds(300));
   EXPECT_EQ(c.log_level, "info");

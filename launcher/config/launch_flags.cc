@@ -41,6 +41,17 @@ Apply SecondsInto(absl::Duration LaunchConfig::*field, bool allow_zero) {
   };
 }
 
+Apply ApplyWorkerTimeout = [](const FlagValue& v, LaunchConfig* c) -> absl::Status {
+  if (v.text == "auto") {
+    c->worker_timeout.reset();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<absl::Duration> d = ParseSeconds(v.text, v.source, /*allow_zero=*/false);
+  if (!d.ok()) return d.status();
+  c->worker_timeout = *d;
+  return absl::OkStatus();
+};
+
 Apply SwitchInto(bool LaunchConfig::*field) {
   return [=](const FlagValue& v, LaunchConfig* c) {
     absl::StatusOr<bool> b = base::ParseBool(v.text, v.source);
@@ -395,8 +406,10 @@ void AddWorkerFlags(std::vector<FlagSpec>* t) {
                 "rendezvous, its metrics and job page), on this node's address; 0: a free one; -1: off",
                 "-1", false, "", IntInto(&LaunchConfig::metrics_port, -1, 65535, "an integer in -1..65535")});
   t->push_back({"worker_timeout", "--worker_timeout,--worker-timeout", "PET_WORKER_TIMEOUT",
-                "seconds of heartbeat silence after which a worker is hung (default 300)", "300", false, "",
-                SecondsInto(&LaunchConfig::worker_timeout, /*allow_zero=*/false)});
+                "auto (default): a worker that heartbeats is hung when its step has not advanced for 10 x "
+                "its slowest recent step (10 s to 30 min; 300 s before its first step and after its last); "
+                "or seconds of heartbeat silence after which a worker is hung",
+                "auto", false, "", ApplyWorkerTimeout});
   t->push_back({"shutdown_timeout", "--shutdown_timeout,--shutdown-timeout", "PET_SHUTDOWN_TIMEOUT",
                 "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", "30", false,
                 "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SecondsInto(&LaunchConfig::shutdown_timeout, true)});

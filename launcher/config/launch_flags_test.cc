@@ -28,7 +28,7 @@ TEST(LaunchFlags, EveryDefaultIsAValidValue) {
   EXPECT_EQ(c.rdzv_id, "none");
   EXPECT_EQ(c.master_port, 29500);
   EXPECT_EQ(c.signals_to_handle.size(), 4u);
-  EXPECT_EQ(c.worker_timeout, absl::Seconds(300));
+  EXPECT_FALSE(c.worker_timeout.has_value());  // auto: the adaptive deadline
 }
 
 TEST(LaunchFlags, AnErrorNamesTheSourceItWasGiven) {

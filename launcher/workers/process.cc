@@ -333,4 +333,39 @@ absl::StatusOr<std::unique_ptr<ProcessLauncher>> NewRealProcessLauncher(
   return std::unique_ptr<ProcessLauncher>(new RealProcessLauncher(sfd, wfd));
 }
 
+std::string ProcessStateFromStat(const std::string& stat_line) {
+  const size_t close = stat_line.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat_line.size()) return "unknown";
+  switch (stat_line[close + 2]) {
+    case 'R':
+      return "running";
+    case 'S':
+      return "sleeping";
+    case 'D':
+      return "uninterruptible sleep (D)";
+    case 'T':
+      return "stopped (T)";
+    case 't':
+      return "traced (t)";
+    case 'Z':
+      return "zombie";
+    case 'X':
+      return "dead";
+    case 'I':
+      return "idle";
+    default:
+      return "unknown";
+  }
+}
+
+std::string ProcessState(pid_t pid) {
+  std::string line;
+  if (FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r")) {
+    char buf[512] = {0};
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) line = buf;
+    std::fclose(f);
+  }
+  return line.empty() ? "gone" : ProcessStateFromStat(line);
+}
+
 }  // namespace cpptorchrun::launcher

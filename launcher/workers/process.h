@@ -130,6 +130,14 @@ struct RealProcessLauncherOptions {
 absl::StatusOr<std::unique_ptr<ProcessLauncher>> NewRealProcessLauncher(
     const RealProcessLauncherOptions& options);
 
+// A process's scheduling state from a line of /proc/PID/stat ("123 (comm)
+// S ..."; the command name may hold spaces and parentheses): "running",
+// "sleeping", "uninterruptible sleep (D)", "stopped (T)", "traced (t)",
+// "zombie", ... ; "unknown" when the line cannot be read.
+std::string ProcessStateFromStat(const std::string& stat_line);
+// The same for a live pid (/proc/PID/stat); "gone" when it cannot be read.
+std::string ProcessState(pid_t pid);
+
 }  // namespace cpptorchrun::launcher
 
 #endif  // CPPTORCHRUN_LAUNCHER_PROCESS_H_

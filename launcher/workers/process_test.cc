@@ -3,6 +3,7 @@
 #include "launcher/workers/process.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -198,6 +199,32 @@ TEST_F(ProcessTest, WarmStartWithoutAnAnswerFailsAndLeavesNothing) {
   auto pid = launcher_->Start(spec);
   EXPECT_FALSE(pid.ok());
   close(sock[0]);
+}
+
+TEST(ProcessState, ReadFromTheStatLine) {
+  EXPECT_EQ(ProcessStateFromStat("42 (train) R 1 42 42 0"), "running");
+  EXPECT_EQ(ProcessStateFromStat("42 (train) T 1 42 42 0"), "stopped (T)");
+  EXPECT_EQ(ProcessStateFromStat("42 (train) D 1 42 42 0"), "uninterruptible sleep (D)");
+  // A command name with spaces and parentheses: the state follows the last ')'.
+  EXPECT_EQ(ProcessStateFromStat("42 (a) S (b) Z 1 42"), "zombie");
+  EXPECT_EQ(ProcessStateFromStat("42 (tr"), "unknown");
+  EXPECT_EQ(ProcessStateFromStat(""), "unknown");
+}
+
+TEST(ProcessState, OfALiveAndAStoppedChild) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);  // it has stopped
+  EXPECT_EQ(ProcessState(child), "stopped (T)");
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  EXPECT_EQ(ProcessState(child), "gone");
 }
 
 }  // namespace
