@@ -140,10 +140,10 @@ def summarise(out):
     if ("cpptorchrun-ckpt50", 2) in med and ("cpptorchrun", 2) in med:
         written = statistics.median(m.get("checkpoints_written", 0) for m in out[("cpptorchrun-ckpt50", 2)])
         waited = statistics.median(m.get("checkpoint_wait_seconds", 0) for m in out[("cpptorchrun-ckpt50", 2)])
-        lines.append("world 2, train --checkpoint_every 50: %.0f samples/s, %.1f%% slower than without "
-                     "checkpoints (goal <= 5%%); %d checkpoints written, %.3f s waited for the writer" % (
-                         med[("cpptorchrun-ckpt50", 2)],
-                         100 * (1 - med[("cpptorchrun-ckpt50", 2)] / med[("cpptorchrun", 2)]), written, waited))
+        change = 100 * (med[("cpptorchrun-ckpt50", 2)] / med[("cpptorchrun", 2)] - 1)
+        lines.append("world 2, train --checkpoint_every 50: %.0f samples/s, %+.1f%% against no checkpoints "
+                     "(goal: at most 5%% slower); %d checkpoints written, %.3f s waited for the writer" % (
+                         med[("cpptorchrun-ckpt50", 2)], change, written, waited))
     return med, acc, lines
 
 
