@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/become.h"
 #include "base/flags.h"
+#include "base/signals.h"
 #include "base/token.h"
 #include "launcher/workers/worker_env.h"
 #include "launcher/agent/agent_service.h"
@@ -37,6 +38,7 @@
 #include "launcher/config/slurm.h"
 #include "launcher/status_cmd.h"
 #include "launcher/workers/console_log.h"
+#include "launcher/workers/file_timer.h"
 #include "launcher/workers/ports.h"
 #include "launcher/workers/process.h"
 #include "launcher/workers/run_dir.h"
@@ -386,6 +388,10 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
   o.run_id = c.rdzv_id;
   o.role = c.role;
   o.max_restarts = c.max_restarts;
+  o.failures_without_progress = c.failures_without_progress;
+  o.health_check.command = c.health_check;
+  o.health_check.timeout = c.health_check_timeout;
+  o.health_check.give_up_after = c.health_check_give_up;
   o.monitor_interval = c.monitor_interval;
   o.hang.fixed_silence = c.worker_timeout;
   o.shutdown_timeout = c.shutdown_timeout;
@@ -536,6 +542,43 @@ WarmPoolOptions WarmPoolOptionsFor(const LaunchConfig& c, const LocalPlan& plan,
   return wo;
 }
 
+// torchrun's file-timer watchdog (launcher/workers/file_timer.h): with
+// TORCHELASTIC_ENABLE_FILE_TIMER=1, a named pipe at TORCHELASTIC_TIMER_FILE
+// (or in the private folder), whose expired timers kill their worker when
+// it is one of this node's. A path the user set reaches the workers either
+// way, as under torchrun. Null when not enabled.
+absl::StatusOr<std::unique_ptr<FileTimerServer>> ServeFileTimers(const std::map<std::string, std::string>& env,
+                                                                  const std::string& private_dir,
+                                                                  ProgressBoard* board, EventLog* events,
+                                                                  std::map<std::string, std::string>* worker_env) {
+  auto enabled = env.find("TORCHELASTIC_ENABLE_FILE_TIMER");
+  if (enabled == env.end() || enabled->second != "1") return std::unique_ptr<FileTimerServer>();
+  auto given = env.find("TORCHELASTIC_TIMER_FILE");
+  const std::string path = given != env.end() && !given->second.empty() ? given->second : private_dir + "/watchdog_timer";
+  auto reap = [board, events](const FileTimerRequest& r) {
+    std::optional<int> local_rank = board->LocalRankOf(r.pid);
+    if (!local_rank.has_value()) {
+      spdlog::warn("file timer '{}' of pid {} expired, but pid {} is not a worker of this node: not killed",
+                   r.scope_id, r.pid, r.pid);
+      return;
+    }
+    spdlog::warn("file timer '{}' of worker local rank {} (pid {}) expired: sending it {}", r.scope_id, *local_rank,
+                 r.pid, SignalName(r.signal));
+    events->Record("file_timer_expired", {{"local_rank", int64_t{*local_rank}}, {"pid", r.pid},
+                                          {"scope_id", r.scope_id}, {"signal", SignalName(r.signal)}});
+    ::kill(static_cast<pid_t>(r.pid), r.signal);
+  };
+  auto warn = [](const std::string& w) { spdlog::warn("{}", w); };
+  absl::StatusOr<std::unique_ptr<FileTimerServer>> server = FileTimerServer::Start(path, reap, warn);
+  if (!server.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TORCHELASTIC_ENABLE_FILE_TIMER=1: cannot serve the file timer: ", server.status().message()));
+  }
+  spdlog::info("file timer watchdog on {}", path);
+  (*worker_env)["TORCHELASTIC_TIMER_FILE"] = path;
+  return server;
+}
+
 int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   // torchrun names a --standalone run with a fresh UUID (an explicit
   // --rdzv_id is kept here, where torchrun would ignore it).
@@ -571,6 +614,9 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
     spdlog::warn("agent service unavailable ({}): heartbeats are not watched", svc.status().ToString());
   }
   AgentOptions o = AgentOptionsFor(c, *plan, env, host);
+  absl::StatusOr<std::unique_ptr<FileTimerServer>> file_timers =
+      ServeFileTimers(env, (*run_dir)->private_dir(), &board, event_sink, &o.base_env);
+  if (!file_timers.ok()) return ExitCodeFor(file_timers.status());
   o.log_root = (*run_dir)->log_root();
   o.agent_socket = agent_service ? (*run_dir)->socket_path() : "";
   o.rdzv_endpoint_for_workers = rdzv->endpoint;

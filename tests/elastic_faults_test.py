@@ -5,6 +5,8 @@
    (the adaptive deadline) on the second of two hosts, the launcher there
    names it (rank, host, process state) within 15 s, and the first host's
    launcher, whose workers only wait for it, accuses nobody.
+   A node whose --health_check fails stays out of the job and says why;
+   the other trains alone.
 6. The rendezvous server is killed (SIGKILL) and started again on the same
    port during a 2-node job: training goes on without a restart, the agents
    re-register their round, and a worker failure after that still recovers
@@ -77,6 +79,27 @@ class FaultsTest(unittest.TestCase):
         self.assertLess(hang["waited_s"], 15.0, hang)
         self.assertEqual(jobs.named(a.events(), "hang_detected"), [], "node A's workers only waited")
         self.assertIn("hung", [e.get("status") for e in b.events() if e["event"] == "worker_failed"])
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def test_a_node_failing_its_health_check_stays_out_and_says_why(self):
+        check = "echo checking GPUs; echo 'GPU 0: 3 uncorrectable ECC errors' >&2; exit 3"
+        train = ["--epochs", "1", "--limit", "8192"]
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "1:2",
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf())
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "1:2",
+                      run_id=self.run_id, train_args=train,
+                      launcher_args=jobs.fast_rdzv_conf() + ["--health_check", check])
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(jobs.read_metrics(a.metrics)["world_size"], 2, "A trained alone")
+        failed = harness.wait_for(lambda: jobs.named(b.events_so_far(), "health_check_failed"), 60,
+                                  "B's failed health check")
+        self.assertEqual(failed[0]["status"], "exit code 3", failed)
+        self.assertEqual(failed[0]["reason"], "GPU 0: 3 uncorrectable ECC errors", failed)
+        self.assertEqual(b.joined(), [], "B never joined")
+        self.assertIn("this node stays out: health check failed (exit code 3): GPU 0: 3 uncorrectable ECC errors",
+                      b.text())
+        b.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(b.wait(60), 128 + signal.SIGTERM, b.text()[-3000:])
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
 
     def status(self):

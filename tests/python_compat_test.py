@@ -57,6 +57,25 @@ class PythonCompatTest(unittest.TestCase):
         self.assertRegex(root, r"rank\s*:\s*1 \(local_rank: 1\)", "rank 1 is the root cause")
         self.assertIn("message   : RuntimeError: rank 1 failed on purpose", root)
 
+    def test_an_expired_file_timer_kills_its_worker(self):
+        # torchrun's watchdog protocol: TORCHELASTIC_ENABLE_FILE_TIMER=1 in the
+        # launcher's environment, torch's FileTimerClient in the script.
+        out = jobs.work_dir(self, "cpt-timer-")
+        logs = os.path.join(out, "logs")
+        env = dict(os.environ, PYTHON_EXEC=PY, TORCHELASTIC_ENABLE_FILE_TIMER="1")
+        env.pop("TORCHELASTIC_TIMER_FILE", None)
+        r = subprocess.run([harness.binary("launcher/cpptorchrun"), "--nproc_per_node=2", "--max_restarts=1",
+                            "--log_dir", logs, os.path.abspath("tests/scripts/file_timer_steps.py"), out],
+                           capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        done = sorted(n for n in os.listdir(out) if n.startswith("done."))
+        self.assertEqual(done, ["done.0.0", "done.0.1", "done.1.1"], "rank 1's first attempt never finished")
+        expired = jobs.named(jobs.events_in(logs), "file_timer_expired")
+        self.assertEqual([(e["local_rank"], e["scope_id"], e["signal"]) for e in expired],
+                         [(1, "step", "SIGKILL")], expired)
+        self.assertTrue(jobs.named(jobs.events_in(logs), "restart", cause="worker_failed"))
+        self.assertIn("file timer 'step' of worker local rank 1", r.stderr)
+
 
 # What PyTorch's own test_launch_elastic (test/distributed/launcher/test_run.py)
 # runs: its worker script touches a file named after its global rank.

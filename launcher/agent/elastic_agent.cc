@@ -27,6 +27,10 @@
 namespace cpptorchrun::launcher {
 namespace {
 
+// How a run given up for want of progress is closed (and recognised by
+// the other nodes).
+constexpr absl::string_view kNoProgressReason = "no progress: ";
+
 // This machine's name as `hostname` prints it ("" when unknown).
 std::string ThisHostname() {
   char name[256] = {0};
@@ -767,15 +771,27 @@ ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const Mo
     case Outcome::kRunClosed:
       StopRoundMonitor();
       StopWorkers(SIGTERM, StopKind::kForRestart);
-      return Stopped{StopCause::kRunClosed, absl::StrCat("the run was closed: ", m.reason)};
+      // A run given up for want of progress: every node says so to its scheduler.
+      return Stopped{StopCause::kRunClosed, absl::StrCat("the run was closed: ", m.reason),
+                     absl::StrContains(m.reason, kNoProgressReason) ? kNoProgressExitCode : 1};
     case Outcome::kFailed:
       return StopAfterFailure();
   }
   return Stopped{StopCause::kAgentError, "unknown outcome"};
 }
 
+int64_t ElasticAgent::BestStepThisAttempt() const {
+  int64_t best = -1;
+  if (o_.progress == nullptr) return best;
+  for (const Worker& w : workers_) best = std::max(best, o_.progress->Progress(w.local_rank).step);
+  return best;
+}
+
 bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
-  switch (DecideNext(s.cause, run_.restart_count, o_.max_restarts)) {
+  if (s.cause == StopCause::kWorkerFailed) NoteFailure(run_.ledger, BestStepThisAttempt());
+  Stopped gave_up;               // kExitNoProgress's account of the stop
+  const Stopped* ended = &s;     // what the launcher exits with
+  switch (DecideNext(s.cause, run_.restart_count, o_.max_restarts, run_.ledger, o_.failures_without_progress)) {
     case NextAction::kRestartFree:
       spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", round, s.reason);
       Event("round_ended", {{"round", round}, {"reason", s.reason}});
@@ -795,10 +811,24 @@ bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
     case NextAction::kExitFailure:
       ExitFailure(s);
       break;
+    case NextAction::kExitNoProgress: {
+      gave_up = s;
+      gave_up.reason = absl::StrCat(kNoProgressReason, run_.ledger.failures_without_progress,
+                                    " worker failures in a row, none past step ", run_.ledger.best_step,
+                                    " (--failures_without_progress ", o_.failures_without_progress,
+                                    "); the last: ", s.reason);
+      gave_up.exit_code = kNoProgressExitCode;
+      spdlog::error("{}", gave_up.reason);
+      Event("no_progress", {{"failures_in_a_row", int64_t{run_.ledger.failures_without_progress}},
+                            {"best_step", run_.ledger.best_step}, {"exit_code", int64_t{kNoProgressExitCode}}});
+      ExitFailure(gave_up);
+      ended = &gave_up;
+      break;
+    }
   }
-  run_.result.exit_code = s.exit_code;
+  run_.result.exit_code = ended->exit_code;
   if (stop_signalled_at_.has_value()) run_.result.exit_by = *stop_signalled_at_ + o_.shutdown_timeout;
-  Event("finished", {{"exit_code", int64_t{s.exit_code}}, {"reason", s.reason}});
+  Event("finished", {{"exit_code", int64_t{ended->exit_code}}, {"reason", ended->reason}});
   return false;
 }
 
@@ -835,6 +865,7 @@ void ElasticAgent::ExitFailure(const Stopped& s) {
 AgentResult ElasticAgent::Run() {
   run_ = RunState{};
   for (int rounds = 0; rounds < kMaxRounds; ++rounds) {
+    if (!AwaitHealthy()) return run_.result;
     std::optional<rdzv::v1::Assignment> a = JoinRound();
     if (!a.has_value()) return run_.result;
     BeginRound(*a);

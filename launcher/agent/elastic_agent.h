@@ -22,6 +22,7 @@
 
 #include "absl/time/time.h"
 #include "launcher/agent/event_log.h"
+#include "launcher/agent/health_check.h"
 #include "launcher/agent/progress_board.h"
 #include "launcher/agent/restart_policy.h"
 #include "launcher/agent/round_monitor.h"
@@ -48,6 +49,11 @@ struct AgentOptions {
   std::string run_id = "none";
   std::string role = "default";
   int max_restarts = 0;
+  // --failures_without_progress: worker failures in a row without a new
+  // step before the launcher gives up with kNoProgressExitCode; 0: never.
+  int failures_without_progress = 0;
+  // --health_check: run before each join (health_check.h); empty command: none.
+  HealthCheckOptions health_check;
   absl::Duration monitor_interval = absl::Seconds(5);
   // When a worker is hung (--worker_timeout: its fixed_silence).
   HangOptions hang;
@@ -220,8 +226,21 @@ class ElasticAgent {
     int64_t last_round = 0;
     int attempt = 0;
     std::string proof;  // the current assignment's signature
+    ProgressLedger ledger;  // steps gained across worker failures
     AgentResult result;
   };
+  // The furthest step this node's current workers reported; -1: none.
+  int64_t BestStepThisAttempt() const;
+  // --health_check before a join: true to join; false when the node gave up
+  // or a stop signal came (Conclude has run, run_.result says how).
+  bool AwaitHealthy();
+  struct HealthRun {
+    bool passed = false;
+    int stop_signal = 0;  // a stop signal came during the check
+    std::string status;   // "exit code 3", "timed out after 1m"
+    std::string why;      // the last line it printed (stderr first)
+  };
+  HealthRun RunHealthCheck();
   // A round: join it (nullopt: the run is over, run_.result says how),
   // start its workers, stop them (each outcome's way), then the policy.
   std::optional<rdzv::v1::Assignment> JoinRound();

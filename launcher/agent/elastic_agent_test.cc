@@ -538,6 +538,106 @@ TEST_F(AgentTest, ARankStillHeartbeatingIsWaitingAndGivenTwiceTheDeadline) {
   EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("waiting_ranks")), std::vector<int64_t>{1});
 }
 
+TEST_F(AgentTest, FailuresThatNeverPassTheBestStepEndTheJobWithTheNoProgressCode) {
+  o_.max_restarts = 10;
+  o_.failures_without_progress = 2;
+  // Every attempt: local rank 1 reports step 100, then exits 1.
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
+    p.CallAt(s.time + absl::Seconds(1), [this, s] {
+      agent::v1::Heartbeat hb;
+      hb.set_rank(1);
+      hb.set_local_rank(1);
+      hb.set_pid(s.pid);
+      hb.set_step(100);
+      hb.set_total_steps(1000);
+      board_.Heartbeat(hb);
+    });
+    p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(1));
+  };
+  AgentResult r = Run();
+  // The first failure reached step 100 (progress); the next two did not pass it.
+  EXPECT_EQ(r.exit_code, kNoProgressExitCode);
+  EXPECT_EQ(r.restart_count, 2);
+  std::map<std::string, EventValue> gave_up = OnlyEvent(events_, "no_progress");
+  EXPECT_EQ(std::get<int64_t>(gave_up.at("failures_in_a_row")), 2);
+  EXPECT_EQ(std::get<int64_t>(gave_up.at("best_step")), 100);
+  std::map<std::string, EventValue> finished = OnlyEvent(events_, "finished");
+  EXPECT_EQ(std::get<int64_t>(finished.at("exit_code")), 78);
+  EXPECT_THAT(std::get<std::string>(finished.at("reason")),
+              HasSubstr("no progress: 2 worker failures in a row, none past step 100"));
+}
+
+// The health check's process exits with `failing` for its first `fails`
+// runs, then 0; the workers exit 0 a second after they start.
+void FailingHealthCheck(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, int fails, int* runs) {
+  if (s.spec.argv.at(0) != "/bin/sh") {
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+    return;
+  }
+  ++*runs;
+  p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(*runs <= fails ? 3 : 0));
+}
+
+TEST_F(AgentTest, AFailingHealthCheckKeepsTheNodeOutUntilItPasses) {
+  o_.health_check.command = "nvidia-smi -q | grep -q 'ECC Errors: 0'";
+  int runs = 0;
+  processes_.on_start = [&runs](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    FailingHealthCheck(p, s, 2, &runs);
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(runs, 3);
+  const auto& started = processes_.started();
+  ASSERT_GE(started.size(), 5u);
+  EXPECT_THAT(started[0].spec.argv, ElementsAre("/bin/sh", "-c", o_.health_check.command));
+  EXPECT_EQ(started[0].spec.stdout_sink.prefix, "[health_check]:");
+  // Two failures 2 s long, each followed by 10 s out; the third passes at 26 s.
+  EXPECT_EQ(started[2].time, t0 + absl::Seconds(24));
+  EXPECT_EQ(started[3].time, t0 + absl::Seconds(26));  // the first worker, after the join
+  int failed = 0;
+  for (const auto& [name, list] : events_.events()) {
+    if (name != "health_check_failed") continue;
+    std::map<std::string, EventValue> f(list.begin(), list.end());
+    EXPECT_EQ(std::get<std::string>(f.at("status")), "exit code 3");
+    EXPECT_EQ(std::get<int64_t>(f.at("attempt")), ++failed);
+  }
+  EXPECT_EQ(failed, 2);
+  std::map<std::string, EventValue> passed = OnlyEvent(events_, "health_check_passed");
+  EXPECT_EQ(std::get<int64_t>(passed.at("attempt")), 3);
+  EXPECT_EQ(events_.names().front(), "health_check_failed") << "no join before the check passed";
+}
+
+TEST_F(AgentTest, ANodeThatStaysUnhealthyGivesUpNamingTheReason) {
+  o_.health_check.command = "false";
+  o_.health_check.give_up_after = absl::Seconds(30);
+  int runs = 0;
+  processes_.on_start = [&runs](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    FailingHealthCheck(p, s, 1000, &runs);
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 1);
+  // Out from the first failure at 2 s; tries end at 2, 14 and 26 s; a
+  // fourth would end after 30 s out.
+  EXPECT_EQ(runs, 3);
+  std::map<std::string, EventValue> finished = OnlyEvent(events_, "finished");
+  EXPECT_THAT(std::get<std::string>(finished.at("reason")), HasSubstr("health check failed for 24s"));
+  EXPECT_THAT(std::get<std::string>(finished.at("reason")), HasSubstr("exit code 3"));
+  EXPECT_TRUE(rdzv_.leaves().empty()) << "it never joined";
+}
+
+TEST_F(AgentTest, AHealthCheckPastItsTimeoutIsKilledAndFails) {
+  o_.health_check.command = "sleep 1000";
+  o_.health_check.timeout = absl::Seconds(5);
+  o_.health_check.give_up_after = absl::Seconds(1);
+  processes_.on_start = nullptr;  // the check never ends by itself; SIGKILL ends it
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 1);
+  std::map<std::string, EventValue> failed = OnlyEvent(events_, "health_check_failed");
+  EXPECT_EQ(std::get<std::string>(failed.at("status")), "timed out after 5s");
+}
+
 TEST_F(AgentTest, HeartbeatsKeepAWorkerAlive) {
   o_.hang.fixed_silence = absl::Seconds(10);
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {

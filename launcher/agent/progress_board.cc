@@ -197,6 +197,14 @@ std::optional<absl::Time> ProgressBoard::LastHeartbeat(int local_rank) const {
   return it->second.last_heartbeat;
 }
 
+std::optional<int> ProgressBoard::LocalRankOf(int64_t pid) const {
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < static_cast<int>(pids_.size()); ++i) {
+    if (pid > 0 && pids_[i] == pid) return i;
+  }
+  return std::nullopt;
+}
+
 StepProgress ProgressBoard::Progress(int local_rank) const {
   absl::MutexLock lock(&mu_);
   auto it = reports_.find(local_rank);

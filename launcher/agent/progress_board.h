@@ -96,6 +96,8 @@ class ProgressBoard {
   void SetLastRestart(const rdzv::v1::RestartPhases& phases);
   std::optional<rdzv::v1::RestartPhases> LastRestart() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
+  // The local rank whose current worker is `pid`; nullopt: none.
+  std::optional<int> LocalRankOf(int64_t pid) const;
   // The rank's steps as its heartbeats showed them (empty: none yet).
   StepProgress Progress(int local_rank) const;
   bool Finished(int local_rank) const;

@@ -34,12 +34,28 @@ GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now, co
   return check;
 }
 
-NextAction DecideNext(StopCause cause, int restart_count, int max_restarts) {
+void NoteFailure(ProgressLedger& ledger, int64_t attempt_best) {
+  if (attempt_best < 0) return;
+  if (attempt_best > ledger.best_step) {
+    // The first failure of a job that stepped is progress too.
+    ledger.best_step = attempt_best;
+    ledger.failures_without_progress = 0;
+    return;
+  }
+  ++ledger.failures_without_progress;
+}
+
+NextAction DecideNext(StopCause cause, int restart_count, int max_restarts, const ProgressLedger& ledger,
+                      int max_without_progress) {
   switch (cause) {
     case StopCause::kSucceeded:
       return NextAction::kExitSuccess;
     case StopCause::kWorkerFailed:
-      return restart_count < max_restarts ? NextAction::kRestartCounted : NextAction::kExitFailure;
+      if (restart_count >= max_restarts) return NextAction::kExitFailure;
+      if (max_without_progress > 0 && ledger.failures_without_progress >= max_without_progress) {
+        return NextAction::kExitNoProgress;
+      }
+      return NextAction::kRestartCounted;
     case StopCause::kMembershipChanged:
       return NextAction::kRestartFree;
     case StopCause::kRunClosed:

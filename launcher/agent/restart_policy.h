@@ -56,12 +56,36 @@ enum class NextAction {
   kRestartCounted,  // re-rendezvous; TORCHELASTIC_RESTART_COUNT + 1
   kRestartFree,     // re-rendezvous without consuming --max_restarts
   kExitFailure,
+  kExitNoProgress,  // kExitFailure with kNoProgressExitCode: do not requeue
 };
+
+// The launcher's exit code when failures keep coming and no step is ever
+// gained (docs/FLAGS.md, --failures_without_progress): 78, sysexits'
+// EX_CONFIG, "running it again as it is will not help"; a scheduler's
+// script tests it to stop requeueing.
+inline constexpr int kNoProgressExitCode = 78;
+
+// Progress across restarts: the furthest global step any local worker
+// reported, and the worker failures in a row that did not pass it.
+struct ProgressLedger {
+  int64_t best_step = -1;
+  int failures_without_progress = 0;
+};
+
+// After a worker failure whose group had reached `attempt_best` (-1: its
+// workers report no steps, as a Python script's): a step beyond the best is
+// progress and resets the count; none counts one more failure without
+// progress. Workers that never report steps are never counted.
+void NoteFailure(ProgressLedger& ledger, int64_t attempt_best);
 
 // Every way a worker group stops goes through this one rule: only a
 // worker's failure spends a restart; a membership change re-rendezvouses for
 // free; a stop signal, a closed run or an agent error ends the launcher.
-NextAction DecideNext(StopCause cause, int restart_count, int max_restarts);
+// Before --max_restarts runs out, `max_without_progress` (> 0) failures in
+// a row without progress (ProgressLedger) end the launcher with
+// kExitNoProgress.
+NextAction DecideNext(StopCause cause, int restart_count, int max_restarts, const ProgressLedger& ledger = {},
+                      int max_without_progress = 0);
 
 }  // namespace cpptorchrun::launcher
 

@@ -62,5 +62,34 @@ TEST(DecideNext, RestartsOnlyFailuresCount) {
   EXPECT_EQ(DecideNext(StopCause::kAgentError, 0, 3), NextAction::kExitFailure);
 }
 
+TEST(NoProgress, OnlyFailuresThatGainNoStepCount) {
+  ProgressLedger l;
+  NoteFailure(l, -1);  // a worker that reports no steps: not counted
+  EXPECT_EQ(l.failures_without_progress, 0);
+  NoteFailure(l, 500);  // the first failure of a job that stepped is progress
+  EXPECT_EQ(l.best_step, 500);
+  EXPECT_EQ(l.failures_without_progress, 0);
+  NoteFailure(l, 480);  // resumed from a checkpoint, failed before 500
+  NoteFailure(l, 500);
+  EXPECT_EQ(l.failures_without_progress, 2);
+  NoteFailure(l, 501);  // past the best: progress again
+  EXPECT_EQ(l.failures_without_progress, 0);
+  EXPECT_EQ(l.best_step, 501);
+}
+
+TEST(NoProgress, DecideNextGivesUpBeforeTheRestartsRunOut) {
+  ProgressLedger l;
+  l.best_step = 10;
+  l.failures_without_progress = 3;
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 3, 100, l, 3), NextAction::kExitNoProgress);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 3, 100, l, 4), NextAction::kRestartCounted);
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 3, 100, l, 0), NextAction::kRestartCounted) << "0: never";
+  // Out of restarts is out of restarts, whatever the progress.
+  EXPECT_EQ(DecideNext(StopCause::kWorkerFailed, 100, 100, l, 3), NextAction::kExitFailure);
+  // Only worker failures: a membership change restarts for free.
+  EXPECT_EQ(DecideNext(StopCause::kMembershipChanged, 3, 100, l, 3), NextAction::kRestartFree);
+  EXPECT_EQ(kNoProgressExitCode, 78);
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher

@@ -69,6 +69,11 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;
+  int failures_without_progress = 5;
+  // --health_check (launcher/agent/health_check.h); empty: none.
+  std::string health_check;
+  absl::Duration health_check_timeout = absl::Seconds(60);
+  absl::Duration health_check_give_up = absl::Seconds(600);
   absl::Duration monitor_interval = absl::Seconds(5);
   std::string start_method = "spawn";
   // --start_method forkserver (or fork): the modules the forkserver imports

@@ -42,6 +42,18 @@ TEST(Cli, UnambiguousPrefixesNameTheirFlagAsArgparseDoes) {
   EXPECT_EQ(MustLaunch({"--role", "trainer", "p"}).role, "trainer");
 }
 
+TEST(Cli, WorkerTimeoutIsAutoOrSeconds) {
+  EXPECT_FALSE(MustLaunch({"--worker_timeout=auto", "p"}).worker_timeout.has_value());
+  EXPECT_EQ(MustLaunch({"--worker_timeout=7.5", "p"}).worker_timeout, absl::Seconds(7.5));
+  EXPECT_EQ(MustLaunch({"p"}, {{"PET_WORKER_TIMEOUT", "9"}}).worker_timeout, absl::Seconds(9));
+  EXPECT_EQ(MustLaunch({"--failures_without_progress=0", "p"}).failures_without_progress, 0);
+  LaunchConfig checked = MustLaunch({"--health_check", "test -e /dev/nvidia0", "--health_check_timeout=5", "p"});
+  EXPECT_EQ(checked.health_check, "test -e /dev/nvidia0");
+  EXPECT_EQ(checked.health_check_timeout, absl::Seconds(5));
+  EXPECT_EQ(checked.health_check_give_up, absl::Seconds(600));
+  EXPECT_EQ(MustLaunch({"p"}).health_check, "");
+}
+
 TEST(Cli, Torchrun2Flags) {
   LaunchConfig c = MustLaunch({"--duplicate-stdout-filters", "apple,,pie,orange", "--duplicate_stderr_filters=err",
                                "--virtual-local-rank", "--event-log-handler", "console", "p"});
@@ -129,6 +141,7 @@ TEST(Cli, TorchrunDefaults) {
   EXPECT_THAT(c.signals_to_handle, ElementsAre(SIGTERM, SIGINT, SIGHUP, SIGQUIT));
   EXPECT_EQ(c.fake_gpus, 0);
   EXPECT_FALSE(c.worker_timeout.has_value());  // auto: the adaptive deadline
+  EXPECT_EQ(c.failures_without_progress, 5);
   EXPECT_EQ(c.shutdown_timeout, absl::Seconds(30));
   EXPECT_EQ(c.exit_barrier_timeout, absl::Seconds(300));
   EXPECT_EQ(c.log_level, "info");
@@ -159,6 +172,7 @@ TEST(Cli, DashedAndUnderscoredSpellingsAreEqual) {
       {"--rdzv_id=job", "--rdzv-id=job"},           {"--log_dir=/tmp/x", "--log-dir=/tmp/x"},
       {"--master_port=1234", "--master-port=1234"}, {"--fake_gpus=2", "--fake-gpus=2"},
       {"--worker_timeout=7", "--worker-timeout=7"}, {"--local_ranks_filter=0", "--local-ranks-filter=0"},
+      {"--failures_without_progress=2", "--failures-without-progress=2"},
   };
   for (const auto& [a, b] : pairs) {
     std::vector<std::string> extra = {"--nnodes=2", "--rdzv_endpoint=h:1"};
@@ -173,6 +187,7 @@ TEST(Cli, DashedAndUnderscoredSpellingsAreEqual) {
     EXPECT_EQ(x.master_port, y.master_port) << a;
     EXPECT_EQ(x.fake_gpus, y.fake_gpus) << a;
     EXPECT_EQ(x.worker_timeout, y.worker_timeout) << a;
+    EXPECT_EQ(x.failures_without_progress, y.failures_without_progress) << a;
     EXPECT_EQ(x.local_ranks_filter, y.local_ranks_filter) << a;
   }
   LaunchConfig n = MustLaunch({"--no-python", "prog"});
@@ -425,6 +440,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--signals_to_handle=", "p"}, {}, "--signals_to_handle"},
         BadCase{{"--fake_gpus=-2", "p"}, {}, "--fake_gpus"},
         BadCase{{"--worker_timeout=0", "p"}, {}, "--worker_timeout"},
+        BadCase{{"--worker_timeout=soon", "p"}, {}, "--worker_timeout"},
+        BadCase{{"--failures_without_progress=-1", "p"}, {}, "--failures_without_progress"},
         BadCase{{"--shutdown_timeout=-1", "p"}, {}, "--shutdown_timeout"},
         BadCase{{"--exit_barrier_timeout=x", "p"}, {}, "--exit_barrier_timeout"},
         BadCase{{"--log_level=loud", "p"}, {}, "--log_level"},

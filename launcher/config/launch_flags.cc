@@ -324,6 +324,25 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
   t->push_back({"max_restarts", "--max_restarts,--max-restarts", "PET_MAX_RESTARTS",
                 "worker-group restarts before failing (default 0)", "0", false, "",
                 IntInto(&LaunchConfig::max_restarts, 0, 1000000, "an integer >= 0")});
+  t->push_back({"failures_without_progress", "--failures_without_progress,--failures-without-progress",
+                "CPPTORCHRUN_FAILURES_WITHOUT_PROGRESS",
+                "worker failures in a row whose workers never passed the furthest step reached before, after "
+                "which the launcher gives up with exit code 78 (do not requeue); workers that report no steps "
+                "are never counted; 0: never (default 5)",
+                "5", false, "",
+                IntInto(&LaunchConfig::failures_without_progress, 0, 1000000, "an integer >= 0")});
+  t->push_back({"health_check", "--health_check,--health-check", "CPPTORCHRUN_HEALTH_CHECK",
+                "a shell command run before each join; while it fails (its last output line says why) this "
+                "node stays out of the rendezvous and tries again every 10 s (\"\": none)",
+                "", false, "", StringInto(&LaunchConfig::health_check)});
+  t->push_back({"health_check_timeout", "--health_check_timeout,--health-check-timeout",
+                "CPPTORCHRUN_HEALTH_CHECK_TIMEOUT", "seconds one --health_check run may take (default 60)", "60",
+                false, "", SecondsInto(&LaunchConfig::health_check_timeout, /*allow_zero=*/false)});
+  t->push_back({"health_check_give_up", "--health_check_give_up,--health-check-give-up",
+                "CPPTORCHRUN_HEALTH_CHECK_GIVE_UP",
+                "seconds a node whose --health_check keeps failing stays out before the launcher exits 1 "
+                "(default 600)", "600", false, "",
+                SecondsInto(&LaunchConfig::health_check_give_up, /*allow_zero=*/false)});
   t->push_back({"monitor_interval", "--monitor_interval,--monitor-interval", "PET_MONITOR_INTERVAL",
                 "seconds between periodic checks of the workers (default 5)", "5", false, "",
                 SecondsInto(&LaunchConfig::monitor_interval, /*allow_zero=*/false)});

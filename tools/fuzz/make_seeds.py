@@ -71,6 +71,13 @@ def error_file():
     write("error_file_fuzz", "escapes", '{"message": {"message": "a\\nb\\tc\\\\", "extraInfo": {}}}')
 
 
+def file_timer():
+    write("file_timer_fuzz", "acquire", '{"version": 1, "pid": 4242, "scope_id": "train.py#17", '
+          '"expiration_time": 1701939123.25, "signal": 9}')
+    write("file_timer_fuzz", "release", '{"version": 1, "pid": 4242, "scope_id": "train.py#17", '
+          '"expiration_time": -1, "signal": 0}')
+
+
 def idx():
     images = struct.pack(">IIII", 0x00000803, 2, 3, 3) + bytes(range(18))
     labels = struct.pack(">II", 0x00000801, 3) + bytes([1, 2, 9])
@@ -104,6 +111,7 @@ if __name__ == "__main__":
     requests()
     cli()
     error_file()
+    file_timer()
     idx()
     checkpoint()
     print("seeds written under", CORPUS)
