@@ -389,6 +389,9 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
   o.role = c.role;
   o.max_restarts = c.max_restarts;
   o.failures_without_progress = c.failures_without_progress;
+  o.stragglers.factor = c.straggler_factor;
+  o.stragglers.window = static_cast<size_t>(c.straggler_window);
+  ParseStragglerPolicy(c.straggler_policy, &o.straggler_policy);
   o.health_check.command = c.health_check;
   o.health_check.timeout = c.health_check_timeout;
   o.health_check.give_up_after = c.health_check_give_up;

@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -312,6 +313,45 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
   }
 }
 
+bool ElasticAgent::HandleStragglers(absl::Time now) {
+  if (o_.progress == nullptr) return false;
+  std::vector<int64_t> ranks;
+  double slowdown = 0;
+  std::vector<Straggler> found = FindStragglers(o_.progress->ComputeWindows(), o_.stragglers);
+  for (const Straggler& s : found) {
+    if (s.local_rank >= static_cast<int>(workers_.size()) || workers_[s.local_rank].exited) continue;
+    if (!stragglers_reported_.insert(s.local_rank).second) continue;
+    Worker& w = workers_[s.local_rank];
+    ranks.push_back(w.rank);
+    slowdown = std::max(slowdown, s.slowdown);
+    const std::string what = absl::StrFormat("a straggler: computes %.1fx as long as its peers per batch", s.slowdown);
+    spdlog::warn("worker rank {} (local rank {}, pid {}) is {}{}", w.rank, s.local_rank, w.pid, what,
+                 o_.straggler_policy == StragglerPolicy::kReplace ? ": replacing it" : "");
+    if (o_.straggler_policy != StragglerPolicy::kReplace) continue;
+    FailureRecord f;
+    f.rank = w.rank;
+    f.local_rank = s.local_rank;
+    f.host = host_;
+    f.status = ExitStatus::Killed(SIGKILL);
+    f.pid = w.pid;
+    f.time = now;
+    f.sequence = exit_sequence_++;
+    f.message = absl::StrCat(what, " (--straggler_policy replace); killed");
+    w.failure = f;
+    w.stopping = true;
+    Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{s.local_rank}},
+                            {"pid", int64_t{w.pid}}, {"status", std::string("straggler")}});
+    o_.processes->SignalGroup(w.pid, SIGKILL);
+  }
+  if (ranks.empty()) return false;
+  Event("straggler_detected", {{"ranks", ranks},
+                               {"hosts", std::vector<std::string>{hostname_}},
+                               {"slowdown", slowdown},
+                               {"policy", std::string(o_.straggler_policy == StragglerPolicy::kReplace ? "replace"
+                                                                                                      : "warn")}});
+  return o_.straggler_policy == StragglerPolicy::kReplace;
+}
+
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   for (;;) {
     RecordWorkerStartup();
@@ -339,6 +379,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
       return {Outcome::kFailed, 0, ""};
     }
     if (check.outcome == GroupOutcome::kSucceeded) return {Outcome::kSucceeded, 0, ""};
+    if (HandleStragglers(now)) return {Outcome::kFailed, 0, ""};
     if (o_.round_monitor != nullptr) {
       RoundEnd end = o_.round_monitor->Poll();
       if (end.ended) {
@@ -665,6 +706,7 @@ void ElasticAgent::MaybePrepareNextStart() {
 
 void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   startup_pending_.reset();
+  stragglers_reported_.clear();
   next_start_prepared_ = false;
   Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
                          {"group_world_size", int64_t{a.group_world_size()}},

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,9 @@ struct AgentOptions {
   // --failures_without_progress: worker failures in a row without a new
   // step before the launcher gives up with kNoProgressExitCode; 0: never.
   int failures_without_progress = 0;
+  // --straggler_factor and --straggler_policy (straggler_policy.h).
+  StragglerOptions stragglers;
+  StragglerPolicy straggler_policy = StragglerPolicy::kWarn;
   // --health_check: run before each join (health_check.h); empty command: none.
   HealthCheckOptions health_check;
   absl::Duration monitor_interval = absl::Seconds(5);
@@ -186,6 +190,10 @@ class ElasticAgent {
   // Kills the ranks CheckGroup found hung, records their failures and one
   // hang_detected event naming the culprits (hang_policy.h's IsCulprit).
   void KillHung(const GroupCheck& check, const std::vector<WorkerView>& views, absl::Time now);
+  // Reports each new straggler of the group once (straggler_detected);
+  // under --straggler_policy replace kills them as failures and returns
+  // true (the group failed).
+  bool HandleStragglers(absl::Time now);
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo, StopKind kind);
@@ -277,6 +285,8 @@ class ElasticAgent {
   const std::string node_secret_;
   std::vector<Worker> workers_;
   int exit_sequence_ = 0;
+  // Local ranks of the current group already reported as stragglers.
+  std::set<int> stragglers_reported_;
   std::string host_;
   std::string hostname_;  // as `hostname` prints it
   std::optional<PendingRestart> restart_;

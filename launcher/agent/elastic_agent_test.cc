@@ -22,6 +22,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -636,6 +637,53 @@ TEST_F(AgentTest, AHealthCheckPastItsTimeoutIsKilledAndFails) {
   EXPECT_EQ(r.exit_code, 1);
   std::map<std::string, EventValue> failed = OnlyEvent(events_, "health_check_failed");
   EXPECT_EQ(std::get<std::string>(failed.at("status")), "timed out after 5s");
+}
+
+// Both local ranks heartbeat every second for 30 s, stepping; local rank 1
+// computes 30 ms per batch, local rank 0 10 ms. Both exit 0 at 31 s.
+void OneSlowRank(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board) {
+  const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+  for (int i = 1; i <= 30; ++i) {
+    p.CallAt(s.time + absl::Seconds(i), [&board, s, i, lr] {
+      agent::v1::Heartbeat hb;
+      hb.set_rank(lr);
+      hb.set_local_rank(lr);
+      hb.set_pid(s.pid);
+      hb.set_step(30 * i);
+      hb.set_total_steps(100000);
+      hb.set_compute_s(lr == 1 ? 0.030 : 0.010);
+      board.Heartbeat(hb);
+    });
+  }
+  p.ExitAt(s.pid, s.time + absl::Seconds(31), ExitStatus::Exited(0));
+}
+
+TEST_F(AgentTest, AStragglerIsReportedOnceAndTheJobGoesOn) {
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    OneSlowRank(p, s, board_);
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  std::map<std::string, EventValue> found = OnlyEvent(events_, "straggler_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(found.at("ranks")), std::vector<int64_t>{1});
+  EXPECT_DOUBLE_EQ(std::get<double>(found.at("slowdown")), 3.0);
+  EXPECT_EQ(std::get<std::string>(found.at("policy")), "warn");
+  EXPECT_THAT(printed_, Not(HasSubstr("straggler")));  // no failure summary: nothing failed
+}
+
+TEST_F(AgentTest, UnderReplaceAStragglerIsAFailedWorker) {
+  o_.straggler_policy = StragglerPolicy::kReplace;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    OneSlowRank(p, s, board_);
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);  // --max_restarts 0: the job ends with it
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_THAT(r.failures[0].message, HasSubstr("a straggler: computes 3.0x as long as its peers"));
+  // Ten heartbeats make a window: judged at the first look after 10 s.
+  EXPECT_LE(r.failures[0].time, t0 + absl::Seconds(10) + o_.monitor_interval);
 }
 
 TEST_F(AgentTest, HeartbeatsKeepAWorkerAlive) {

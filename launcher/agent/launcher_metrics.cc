@@ -108,6 +108,14 @@ void MetricsEventLog::Record(absl::string_view event, std::vector<EventField> fi
       ++h.count;
     } else if (event == "finished") {
       c.exit_code = IntField(fields, "exit_code");
+    } else if (event == "hang_detected") {
+      ++c.hangs;
+    } else if (event == "straggler_detected") {
+      ++c.stragglers;
+    } else if (event == "file_timer_expired") {
+      ++c.file_timers_expired;
+    } else if (event == "health_check_failed") {
+      ++c.health_checks_failed;
     }
   }
   if (next_ != nullptr) next_->Record(event, std::move(fields));
@@ -141,6 +149,17 @@ void AppendLauncherMetrics(const LauncherCounters& c, const std::vector<RankRepo
   }
   out->Get("cpptorchrun_launcher_round_ends_total", "Rounds that ended under this launcher.", Type::kCounter)
       .Add({}, c.round_ends);
+  out->Get("cpptorchrun_launcher_hangs_detected_total", "Hangs this launcher detected (hang_detected events).",
+           Type::kCounter)
+      .Add({}, c.hangs);
+  out->Get("cpptorchrun_launcher_stragglers_detected_total",
+           "Straggler reports of this launcher (straggler_detected events).", Type::kCounter)
+      .Add({}, c.stragglers);
+  out->Get("cpptorchrun_launcher_file_timers_expired_total",
+           "torchrun file timers that expired and killed their worker.", Type::kCounter)
+      .Add({}, c.file_timers_expired);
+  out->Get("cpptorchrun_launcher_health_checks_failed_total", "--health_check runs that failed.", Type::kCounter)
+      .Add({}, c.health_checks_failed);
   out->Get("cpptorchrun_launcher_worker_resumes_total", "Workers that resumed from a checkpoint.",
            Type::kCounter)
       .Add({}, c.resumes);

@@ -38,6 +38,9 @@ struct LauncherCounters {
   std::map<std::string, double> last_restart_phases;  // phase -> seconds
   base::prom::HistogramData restart_seconds;
   int64_t exit_code = -1;  // -1: still running
+  // Failure intelligence's events: hang_detected, straggler_detected,
+  // file_timer_expired, health_check_failed.
+  int64_t hangs = 0, stragglers = 0, file_timers_expired = 0, health_checks_failed = 0;
 };
 
 // The bounded (kind, value) of an exit status as the event log words it

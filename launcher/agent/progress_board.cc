@@ -8,6 +8,9 @@
 
 namespace cpptorchrun::launcher {
 
+// The newest compute_s values kept per rank (more than any straggler window).
+constexpr size_t kComputeWindowKept = 120;
+
 void ProgressBoard::Reset(const std::vector<int64_t>& pids) {
   Begin(static_cast<int>(pids.size()));
   for (size_t lr = 0; lr < pids.size(); ++lr) SetWorker(static_cast<int>(lr), pids[lr]);
@@ -57,6 +60,7 @@ bool ProgressBoard::Heartbeat(const agent::v1::Heartbeat& heartbeat) {
   r.heartbeat = heartbeat;
   r.last_heartbeat = now;
   ObserveStep(r.progress, now, heartbeat.step(), heartbeat.total_steps());
+  if (heartbeat.compute_s() > 0) AddToWindow(r.compute, heartbeat.compute_s(), kComputeWindowKept);
   return true;
 }
 
@@ -195,6 +199,13 @@ std::optional<absl::Time> ProgressBoard::LastHeartbeat(int local_rank) const {
   auto it = reports_.find(local_rank);
   if (it == reports_.end()) return std::nullopt;
   return it->second.last_heartbeat;
+}
+
+std::map<int, std::deque<double>> ProgressBoard::ComputeWindows() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int, std::deque<double>> out;
+  for (const auto& [local_rank, r] : reports_) out[local_rank] = r.compute;
+  return out;
 }
 
 std::optional<int> ProgressBoard::LocalRankOf(int64_t pid) const {

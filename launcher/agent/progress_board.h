@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/hang_policy.h"
+#include "launcher/agent/straggler_policy.h"
 #include "proto/agent.pb.h"
 #include "proto/rendezvous.pb.h"
 #include "base/clock.h"
@@ -32,6 +33,7 @@ struct RankReport {
   agent::v1::Heartbeat heartbeat;            // the latest (rank, pid, epoch, step, loss, ...)
   std::optional<absl::Time> last_heartbeat;  // when a heartbeat or STARTED came; none yet
   StepProgress progress;                     // its steps over time, for its hang deadline
+  std::deque<double> compute;                // its heartbeats' compute_s (> 0), newest last
   bool finished = false;                     // sent FINISHED: silence is expected
   int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
   std::string failure;                       // FAILED: the worker's own message
@@ -96,6 +98,8 @@ class ProgressBoard {
   void SetLastRestart(const rdzv::v1::RestartPhases& phases);
   std::optional<rdzv::v1::RestartPhases> LastRestart() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
+  // Every current worker's compute window (straggler_policy.h).
+  std::map<int, std::deque<double>> ComputeWindows() const;
   // The local rank whose current worker is `pid`; nullopt: none.
   std::optional<int> LocalRankOf(int64_t pid) const;
   // The rank's steps as its heartbeats showed them (empty: none yet).

@@ -70,6 +70,10 @@ struct LaunchConfig {
   bool standalone = false;
   int max_restarts = 0;
   int failures_without_progress = 5;
+  // launcher/agent/straggler_policy.h.
+  double straggler_factor = 1.5;
+  int straggler_window = 10;
+  std::string straggler_policy = "warn";
   // --health_check (launcher/agent/health_check.h); empty: none.
   std::string health_check;
   absl::Duration health_check_timeout = absl::Seconds(60);

@@ -52,6 +52,11 @@ TEST(Cli, WorkerTimeoutIsAutoOrSeconds) {
   EXPECT_EQ(checked.health_check_timeout, absl::Seconds(5));
   EXPECT_EQ(checked.health_check_give_up, absl::Seconds(600));
   EXPECT_EQ(MustLaunch({"p"}).health_check, "");
+  LaunchConfig stragglers = MustLaunch({"--straggler_factor=2", "--straggler_policy=replace", "p"});
+  EXPECT_EQ(stragglers.straggler_factor, 2);
+  EXPECT_EQ(stragglers.straggler_policy, "replace");
+  EXPECT_EQ(MustLaunch({"p"}).straggler_factor, 1.5);
+  EXPECT_EQ(MustLaunch({"p"}).straggler_policy, "warn");
 }
 
 TEST(Cli, Torchrun2Flags) {
@@ -442,6 +447,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--worker_timeout=0", "p"}, {}, "--worker_timeout"},
         BadCase{{"--worker_timeout=soon", "p"}, {}, "--worker_timeout"},
         BadCase{{"--failures_without_progress=-1", "p"}, {}, "--failures_without_progress"},
+        BadCase{{"--straggler_factor=0.5", "p"}, {}, "--straggler_factor"},
+        BadCase{{"--straggler_policy=kill", "p"}, {}, "--straggler_policy"},
+        BadCase{{"--straggler_window=1", "p"}, {}, "--straggler_window"},
         BadCase{{"--shutdown_timeout=-1", "p"}, {}, "--shutdown_timeout"},
         BadCase{{"--exit_barrier_timeout=x", "p"}, {}, "--exit_barrier_timeout"},
         BadCase{{"--log_level=loud", "p"}, {}, "--log_level"},

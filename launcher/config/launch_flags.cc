@@ -203,6 +203,21 @@ absl::Status ApplyForkserverPreload(const FlagValue& v, LaunchConfig* c) {
   return absl::OkStatus();
 }
 
+absl::Status ApplyStragglerFactor(const FlagValue& v, LaunchConfig* c) {
+  double factor = 0;
+  if (!absl::SimpleAtod(v.text, &factor) || !(factor == 0 || (factor > 1 && factor <= 100))) {
+    return Bad(v.source, "0 (off) or a factor above 1 and at most 100, e.g. 1.5", v.text);
+  }
+  c->straggler_factor = factor;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStragglerPolicy(const FlagValue& v, LaunchConfig* c) {
+  if (v.text != "warn" && v.text != "replace") return Bad(v.source, "warn or replace", v.text);
+  c->straggler_policy = v.text;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyRole(const FlagValue& v, LaunchConfig* c) {
   if (v.text.empty() || v.text.size() > 64 || v.text.find_first_of(" \t\n/") != std::string::npos) {
     return Bad(v.source, "a non-empty name without spaces or '/' (at most 64 characters)", v.text);
@@ -331,6 +346,17 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
                 "are never counted; 0: never (default 5)",
                 "5", false, "",
                 IntInto(&LaunchConfig::failures_without_progress, 0, 1000000, "an integer >= 0")});
+  t->push_back({"straggler_factor", "--straggler_factor,--straggler-factor", "CPPTORCHRUN_STRAGGLER_FACTOR",
+                "a worker whose compute time per batch (without its all-reduce wait) is this many times its "
+                "peers' on this node, over --straggler_window heartbeats, is a straggler; 0: off (default 1.5)",
+                "1.5", false, "", ApplyStragglerFactor});
+  t->push_back({"straggler_window", "--straggler_window,--straggler-window", "CPPTORCHRUN_STRAGGLER_WINDOW",
+                "heartbeats (a second each by default) a straggler must be slow over (default 10)", "10", false, "",
+                IntInto(&LaunchConfig::straggler_window, 2, 100000, "an integer >= 2")});
+  t->push_back({"straggler_policy", "--straggler_policy,--straggler-policy", "CPPTORCHRUN_STRAGGLER_POLICY",
+                "warn: report a straggler (straggler_detected); replace: also treat it as a failed worker, "
+                "so that the group restarts without it (default warn)",
+                "warn", false, "", ApplyStragglerPolicy});
   t->push_back({"health_check", "--health_check,--health-check", "CPPTORCHRUN_HEALTH_CHECK",
                 "a shell command run before each join; while it fails (its last output line says why) this "
                 "node stays out of the rendezvous and tries again every 10 s (\"\": none)",

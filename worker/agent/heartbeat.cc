@@ -103,6 +103,8 @@ void HeartbeatReporter::OnStep(const StepReport& report) {
     latest_.set_total_steps(report.total_steps);
     latest_.set_loss(report.loss);
     latest_.set_samples_per_s(report.samples_per_s);
+    compute_sum_ += report.compute_seconds;
+    ++compute_count_;
     last_progress_ = options_.now();
     first = !first_step_sent_;
     first_step_sent_ = true;
@@ -192,6 +194,9 @@ void HeartbeatReporter::Loop() {
       if (stopping_) return;
       if (!ShouldHeartbeat(options_.now(), last_progress_, options_.stall_after)) continue;
       heartbeat = latest_;
+      heartbeat.set_compute_s(compute_count_ > 0 ? compute_sum_ / compute_count_ : 0);
+      compute_sum_ = 0;
+      compute_count_ = 0;
     }
     absl::StatusOr<agent_pb::HeartbeatAck> ack = client_->SendHeartbeat(heartbeat);
     absl::MutexLock lock(&mu_);

@@ -115,6 +115,9 @@ class HeartbeatReporter final : public TrainObserver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool first_step_sent_ ABSL_GUARDED_BY(mu_) = false;
+  // Compute seconds of the batches since the last heartbeat (its compute_s).
+  double compute_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t compute_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;

@@ -89,6 +89,40 @@ TEST(Heartbeat, ReporterSendsProgressEventsAndTheStopRequest) {
   EXPECT_EQ(agent.events[4].first, pb::WorkerEvent::FINISHED);
 }
 
+TEST(Heartbeat, ComputeSecondsAreTheMeanOfTheBatchesSinceTheLastBeat) {
+  FakeAgent agent;
+  HeartbeatOptions options;
+  options.interval = absl::Milliseconds(5);
+  {
+    HeartbeatReporter reporter(&agent, options);
+    StepReport step;
+    step.compute_seconds = 0.2;
+    for (int i = 1; i <= 3; ++i) {
+      step.global_step = i;
+      reporter.OnStep(step);
+    }
+    // Whichever beats carried the batches say 0.2; two beats composed
+    // after the last batch was taken say 0 (the one sent as the count is
+    // read may have been composed before the last batch, the next may
+    // carry it, the one after cannot).
+    size_t sent;
+    {
+      absl::MutexLock lock(&agent.mu);
+      sent = agent.beats.size();
+    }
+    ASSERT_TRUE(agent.WaitBeats(sent + 3));
+  }
+  absl::MutexLock lock(&agent.mu);
+  bool carried = false;
+  for (const pb::Heartbeat& beat : agent.beats) {
+    if (beat.compute_s() == 0) continue;
+    EXPECT_DOUBLE_EQ(beat.compute_s(), 0.2);
+    carried = true;
+  }
+  EXPECT_TRUE(carried);
+  EXPECT_EQ(agent.beats.back().compute_s(), 0.0);
+}
+
 TEST(Heartbeat, FailedCarriesTheErrorAndTheLastStep) {
   FakeAgent agent;
   HeartbeatOptions options;

@@ -107,6 +107,10 @@ struct StepReport {
   // The whole job's throughput since this run started.
   double samples_per_s = 0;
   double elapsed_seconds = 0;
+  // This batch's wall seconds on this rank without its wait for the
+  // gradients' all-reduce: what a slow rank (a straggler) has more of than
+  // its peers, who wait for it instead.
+  double compute_seconds = 0;
   // The data set indices of this rank's batch (valid during OnStep only).
   absl::Span<const int64_t> samples;
 };

@@ -344,6 +344,7 @@ class TrainingRun {
   int64_t local_samples_ = 0;
   std::vector<double> step_seconds_;
   double backward_seconds_ = 0;
+  double last_compute_seconds_ = 0;  // the last batch's, without the all-reduce wait
   ModeTallies tallies_;
   double last_epoch_loss_ = std::nan("");
   // Signals (TrainDeps::signal_request): what is pending, where the last
@@ -523,7 +524,9 @@ absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const 
     ++pos_.opt_step;
   }
   step_seconds_.push_back(now_() - step_start);
-  tallies_.Add(mode, step_seconds_.back(), ddp_->stats() - ddp_before);
+  const DdpStats ddp_step = ddp_->stats() - ddp_before;
+  tallies_.Add(mode, step_seconds_.back(), ddp_step);
+  last_compute_seconds_ = std::max(0.0, step_seconds_.back() - ddp_step.wait_seconds);
   return loss.item<double>();
 }
 
@@ -538,6 +541,7 @@ void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t
   report.total_steps = full_epoch_steps_ * config_.epochs;
   report.loss = loss;
   report.elapsed_seconds = now_() - start_;
+  report.compute_seconds = last_compute_seconds_;
   report.samples = samples;
   report.samples_per_s = report.elapsed_seconds > 0
                              ? local_samples_ * comm_.world_size() / report.elapsed_seconds

@@ -1,0 +1,67 @@
+"""Stragglers: a worker whose CPU time is throttled (stopped two thirds of
+the time, in 150 ms cycles, as a CPU quota does) is reported by its
+launcher with its rank, its host and how much slower it computes, and the
+job goes on; an even job of the same size reports none."""
+import os
+import random
+import signal
+import time
+import unittest
+
+from tests import harness
+from tests import jobs
+
+TRAIN = ["--epochs", "1", "--progress", "none"]
+
+
+class StragglerTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = harness.Cluster(2)
+        self.addCleanup(self.cluster.close)
+        self.work = jobs.work_dir(self, "cpt-straggler-")
+        self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
+        self.run_id = "straggler-%06x" % random.getrandbits(24)
+
+    def node(self, name):
+        work = os.path.join(self.work, name)
+        os.makedirs(work)
+        return jobs.Node(self.cluster.hosts[1], work, "node", self.server.endpoint, "1:1",
+                         run_id=self.run_id + name, train_args=TRAIN)
+
+    def test_a_throttled_worker_is_reported_and_an_even_job_has_none(self):
+        even = self.node("even")
+        self.assertEqual(even.wait(600), 0, even.text()[-3000:])
+        self.assertEqual(jobs.named(even.events(), "straggler_detected"), [], "an even job has no straggler")
+
+        slow = self.node("slow")
+        victim = harness.wait_for(slow.worker_pids, 60, "the workers")[1]
+        reported = lambda: jobs.named(slow.events_so_far(), "straggler_detected")
+        # The fault: a CPU quota, made of SIGSTOP and SIGCONT (bounded: at
+        # most 120 s, and never past the report or the worker's end).
+        deadline = time.monotonic() + 120
+        try:
+            while not reported() and time.monotonic() < deadline and slow.proc.poll() is None:
+                os.kill(victim, signal.SIGSTOP)
+                time.sleep(0.1)
+                os.kill(victim, signal.SIGCONT)
+                time.sleep(0.05)
+        except ProcessLookupError:
+            pass
+        finally:
+            try:
+                os.kill(victim, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.assertEqual(slow.wait(600), 0, slow.text()[-3000:])
+        found = jobs.named(slow.events(), "straggler_detected")
+        self.assertEqual(len(found), 1, slow.events())
+        self.assertEqual(found[0]["hosts"], [self.cluster.hosts[1].name], found)
+        self.assertEqual(found[0]["policy"], "warn")
+        self.assertGreaterEqual(found[0]["slowdown"], 1.5, found)
+        self.assertEqual(len(found[0]["ranks"]), 1)
+        self.assertIn("is a straggler: computes", slow.text())
+        self.assertEqual(jobs.job_leftovers(self.run_id + "slow"), [])
+
+
+if __name__ == "__main__":
+    harness.main()
