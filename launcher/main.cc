@@ -47,6 +47,7 @@
 #include "rendezvous/connect.h"
 #include "base/clock.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/rules.h"
 #include "rendezvous/server.h"
 #include "spdlog/spdlog.h"
 
@@ -335,6 +336,13 @@ rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
   r.set_close_timeout_s(ConfSeconds(c, "close_timeout", 30));
   r.set_keep_alive_interval_s(ConfSeconds(c, "keep_alive_interval", 5));
   r.set_keep_alive_max_attempt(static_cast<int>(ConfSeconds(c, "keep_alive_max_attempt", 3)));
+  // 0 on the wire takes the rendezvous's default; off travels as -1.
+  const int quarantine_after = static_cast<int>(ConfSeconds(c, "quarantine_after", rdzv::kDefaultQuarantineAfter));
+  r.set_quarantine_after(quarantine_after > 0 ? quarantine_after : -1);
+  r.set_quarantine_window_s(
+      ConfSeconds(c, "quarantine_window", absl::ToDoubleSeconds(rdzv::kDefaultQuarantineWindow)));
+  r.set_quarantine_cooldown_s(
+      ConfSeconds(c, "quarantine_cooldown", absl::ToDoubleSeconds(rdzv::kDefaultQuarantineCooldown)));
   return r;
 }
 

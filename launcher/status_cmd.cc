@@ -67,6 +67,13 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
     absl::StrAppendFormat(&out, "%-5s %-32s %-22s %-9s %-8s %s\n", "wait", base::Printable(w.node_id()),
                           base::Printable(w.host()), "-", "-", "-");
   }
+  if (st.quarantined_size() > 0) {
+    absl::StrAppendFormat(&out, "\n%-22s %-9s %-10s %s\n", "QUARANTINED_HOST", "FAILURES", "FOR", "WHY");
+    for (const auto& q : st.quarantined()) {
+      absl::StrAppendFormat(&out, "%-22s %-9d %-10s %s\n", base::Printable(q.host()), q.failures(),
+                            Age(q.remaining_ms()), base::Printable(q.reason()));
+    }
+  }
   absl::StrAppendFormat(&out, "\n%-5s %-5s %-5s %-6s %-15s %-10s %-10s %s\n", "RANK", "LOCAL", "NODE", "EPOCH",
                         "STEP", "LOSS", "SAMPLES/S", "HEARTBEAT_AGE");
   for (const auto& n : st.nodes()) {
@@ -144,6 +151,14 @@ std::string FormatStatusJson(const rdzv::v1::RunStatusResponse& st) {
     const auto& w = st.waiting(i);
     absl::StrAppend(&out, i > 0 ? ", " : "", "{\"node_id\": ", JsonString(w.node_id()), ", \"host\": ",
                     JsonString(w.host()), ", \"local_world_size\": ", JsonNumber(int64_t{w.local_world_size()}),
+                    "}");
+  }
+  out += "], \"quarantined\": [";
+  for (int i = 0; i < st.quarantined_size(); ++i) {
+    const auto& q = st.quarantined(i);
+    absl::StrAppend(&out, i > 0 ? ", " : "", "{\"host\": ", JsonString(q.host()),
+                    ", \"failures\": ", JsonNumber(int64_t{q.failures()}),
+                    ", \"remaining_ms\": ", JsonNumber(q.remaining_ms()), ", \"reason\": ", JsonString(q.reason()),
                     "}");
   }
   out += "], \"ranks\": [";

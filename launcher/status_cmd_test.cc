@@ -147,6 +147,26 @@ TEST(StatusTable, OutsideTextCannotDriveTheTerminal) {
   EXPECT_THAT(t, HasSubstr("h\\x1b[2J"));
 }
 
+TEST(StatusTable, HostsKeptOutAreListedWithWhy) {
+  rdzv::v1::RunStatusResponse st = TwoNodes(1);
+  EXPECT_THAT(FormatStatusTable(st), Not(HasSubstr("QUARANTINED_HOST")));
+  auto* q = st.add_quarantined();
+  q->set_host("10.0.0.9");
+  q->set_failures(3);
+  q->set_remaining_ms(420000);
+  q->set_reason("its workers failed first in 3 rounds within 10m\x1b[2J");
+  const std::string t = FormatStatusTable(st);
+  EXPECT_THAT(t, HasSubstr("QUARANTINED_HOST"));
+  EXPECT_THAT(t, HasSubstr("10.0.0.9               3         420s       its workers failed first in 3 rounds"));
+  EXPECT_EQ(t.find('\x1b'), std::string::npos) << t;
+  Struct s = Parsed(FormatStatusJson(st));
+  const auto& kept_out = Field(s, "quarantined").list_value().values();
+  ASSERT_EQ(kept_out.size(), 1);
+  EXPECT_EQ(Field(kept_out[0].struct_value(), "host").string_value(), "10.0.0.9");
+  EXPECT_EQ(Field(kept_out[0].struct_value(), "failures").number_value(), 3);
+  EXPECT_EQ(Field(kept_out[0].struct_value(), "remaining_ms").number_value(), 420000);
+}
+
 TEST(StatusJson, TheDocumentedSchema) {
   const std::string json = FormatStatusJson(TwoNodes(120));
   EXPECT_EQ(json.find('\n'), std::string::npos) << "one line";

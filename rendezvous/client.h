@@ -10,6 +10,7 @@
 #define CPPTORCHRUN_RENDEZVOUS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,14 +45,24 @@ struct ClientOptions {
   absl::Duration max_spare_wait = absl::Hours(24);
 };
 
+// What a Join tells its caller while it waits (from the Join's thread).
+struct JoinHooks {
+  // The rendezvous keeps this node's host out for now (rules.h,
+  // "Quarantine"), with the server's detail; called on each answer that
+  // says so. The Join keeps asking until it is admitted.
+  std::function<void(const std::string& detail)> on_quarantined;
+};
+
 class RendezvousClient {
  public:
   virtual ~RendezvousClient() = default;
 
   // Joins the run and waits (re-issuing the server's bounded long polls)
   // until the round completes or the run's join_timeout passes. A spare
-  // keeps waiting until it is admitted. Errors: the server's status.
-  virtual absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) = 0;
+  // keeps waiting until it is admitted, and so does a node kept out
+  // (quarantined) until its cool-down ends. Errors: the server's status.
+  virtual absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request, const JoinHooks& hooks) = 0;
+  absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) { return Join(request, JoinHooks()); }
 
   virtual absl::StatusOr<v1::RunEvent> KeepAlive(const v1::KeepAliveRequest& request) = 0;
 

@@ -320,6 +320,58 @@ TEST_P(ClientContractTest, OtherNnodesThanTheRunsAreRefusedNamingBoth) {
   EXPECT_NE(got.status().message().find("2:4"), std::string::npos) << got.status();
 }
 
+// b's workers fail first twice in a row (quarantine_after 2): its host is
+// kept out for the cool-down while a goes on alone; b's Join says why (its
+// hooks), waits the cool-down out and is admitted after it.
+TEST_P(ClientContractTest, AHostWhoseWorkersKeepFailingIsKeptOutForTheCooldown) {
+  auto a = NewNode("node-a", 1, 2);
+  auto b = NewNode("node-b", 1, 2);
+  b->join.mutable_node()->set_host("127.0.0.2");
+  for (Node* n : {a.get(), b.get()}) {
+    n->join.mutable_options()->set_quarantine_after(2);
+    n->join.mutable_options()->set_quarantine_cooldown_s(1.5);
+  }
+  JoinAll({a.get(), b.get()});
+  auto fail_b = [&] {
+    v1::NodeFailure* f = b->join.mutable_failure();
+    f->set_round(b->assignment.round());
+    f->set_failed_at_unix_us(absl::ToUnixMicros(absl::Now()));
+    f->set_reason("rank 2 failed: signal SIGKILL (9)");
+    a->join.set_last_round(a->assignment.round());
+    b->join.set_last_round(b->assignment.round());
+  };
+  fail_b();
+  JoinAll({a.get(), b.get()});
+  ASSERT_EQ(a->assignment.group_world_size(), 2);
+  fail_b();
+  std::vector<std::string> told;
+  absl::StatusOr<v1::Assignment> b_result = absl::UnknownError("not joined");
+  std::thread kept_out([&] {
+    JoinHooks hooks;
+    hooks.on_quarantined = [&told](const std::string& detail) { told.push_back(detail); };
+    b_result = b->client->Join(b->join, hooks);
+  });
+  JoinAll({a.get()});  // a alone: b is neither a joiner nor a spare
+  EXPECT_EQ(a->assignment.group_world_size(), 1);
+  auto status = a->client->RunStatus(run_id_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->quarantined_size(), 1) << status->DebugString();
+  EXPECT_EQ(status->quarantined(0).host(), "127.0.0.2");
+  EXPECT_EQ(status->quarantined(0).failures(), 2);
+  EXPECT_NE(status->quarantined(0).reason().find("SIGKILL"), std::string::npos);
+  // After the cool-down b is a newcomer with room: a's round ends, both meet.
+  v1::RunEvent ended;
+  ASSERT_TRUE(RoundEnds(*a, absl::Seconds(20), &ended));
+  a->join.set_last_round(a->assignment.round());
+  JoinAll({a.get()});
+  kept_out.join();
+  ASSERT_TRUE(b_result.ok()) << b_result.status();
+  EXPECT_EQ(b_result->round(), a->assignment.round());
+  EXPECT_EQ(a->assignment.group_world_size(), 2);
+  ASSERT_FALSE(told.empty());
+  EXPECT_NE(told[0].find("host 127.0.0.2 is kept out of the run"), std::string::npos) << told[0];
+}
+
 TEST_P(ClientContractTest, AnUnknownRunsStatusIsNotFound) {
   auto client = NewClient();
   auto status = client->RunStatus(run_id_ + "-never");

@@ -88,6 +88,12 @@ bool Connection::cancelled() const {
   return cancelled_;
 }
 
+bool Connection::Pause(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&cancelled_), d);
+  return !cancelled_;
+}
+
 bool Connection::Register(grpc::ClientContext* ctx) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
@@ -276,7 +282,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
     if (connection_.ok()) (*connection_)->Cancel();
   }
 
-  absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) override {
+  using RendezvousClient::Join;
+  absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request, const JoinHooks& hooks) override {
     if (!connection_.ok()) return connection_.status();
     Connection& c = **connection_;
     double join_s = request.options().join_timeout_s();
@@ -298,6 +305,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
           break;
         case v1::JoinResponse::PENDING:
           break;
+        case v1::JoinResponse::QUARANTINED: {
+          // Kept out, not waiting in the round: no join_timeout runs.
+          if (hooks.on_quarantined) hooks.on_quarantined(response.detail());
+          const absl::Duration retry = std::clamp(absl::Milliseconds(response.retry_after_ms()),
+                                                  absl::Milliseconds(10), absl::Seconds(60));
+          if (!c.Pause(retry)) return absl::CancelledError("Join: the client is shutting down");
+          give_up = std::max(give_up, absl::Now() + join_timeout + c.options().call_timeout);
+          continue;
+        }
         default:
           return absl::InternalError(absl::StrCat("Join: unexpected outcome ",
                                                   response.outcome(), " from the server"));

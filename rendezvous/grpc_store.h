@@ -41,6 +41,8 @@ class Connection {
   // in a long poll returns and can be joined. Thread-safe.
   void Cancel();
   bool cancelled() const;
+  // Waits `d`, or less when the connection is cancelled (then false).
+  bool Pause(absl::Duration d);
 
  private:
   explicit Connection(const ClientOptions& options) : options_(options) {}

@@ -69,6 +69,12 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
     absl::StrAppend(&out, i ? "," : "", "{\"node_id\":", base::JsonString(s.waiting(i).node_id()),
                     ",\"host\":", base::JsonString(s.waiting(i).host()), "}");
   }
+  out += "],\"quarantined\":[";
+  for (int i = 0; i < s.quarantined_size(); ++i) {
+    const v1::QuarantinedHost& q = s.quarantined(i);
+    absl::StrAppend(&out, i ? "," : "", "{\"host\":", base::JsonString(q.host()), ",\"failures\":", q.failures(),
+                    ",\"remaining_ms\":", q.remaining_ms(), ",\"reason\":", base::JsonString(q.reason()), "}");
+  }
   absl::StrAppend(&out, "],\"world_size\":", world, ",\"history\":{");
   bool first_rank = true;
   for (const auto& [rank, points] : history) {
@@ -120,6 +126,7 @@ absl::string_view RunPageHtml() {
 <h2>Nodes and ranks</h2>
 <table id="ranks"><thead><tr><th>node</th><th>host</th><th>keep-alive age</th><th>restarts</th><th>rank</th><th>local</th><th>epoch</th><th>step</th><th>loss</th><th>samples/s</th><th>heartbeat age</th></tr></thead><tbody></tbody></table>
 <p>Waiting: <span id="waiting">none</span></p>
+<p>Kept out (quarantined): <span id="quarantined">none</span></p>
 <h2>Restarts</h2>
 <table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>in the launcher</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
 <h2>Loss</h2><svg id="loss" class="chart" viewBox="0 0 600 200"></svg>
@@ -230,6 +237,8 @@ constexpr char kScriptRender[] = R"JS(function renderRun(s) {
     if (n.last_restart) restarts[n.node_id + '@' + n.last_restart.round] = Object.assign({node: n.group_rank}, n.last_restart);
   }
   document.getElementById('waiting').textContent = s.waiting.length ? s.waiting.map(w => w.host).join(', ') : 'none';
+  document.getElementById('quarantined').textContent = (s.quarantined || []).length
+    ? s.quarantined.map(q => q.host + ' for ' + Math.round(q.remaining_ms / 1000) + ' s: ' + q.reason).join('; ') : 'none';
   const rbody = document.querySelector('#restarts tbody');
   rbody.textContent = '';
   for (const key of Object.keys(restarts).sort()) {

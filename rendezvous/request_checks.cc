@@ -34,6 +34,10 @@ absl::Status CheckRequest(const v1::JoinRequest& r, const Limits& l) {
     return absl::InvalidArgumentError(
         absl::StrCat("node_secret of ", r.node_secret().size(), " bytes; the limit is 256"));
   }
+  if (static_cast<int>(r.failure().reason().size()) > l.max_reason_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("failure.reason is ", r.failure().reason().size(),
+                                                   " bytes; the limit (max_reason_bytes) is ", l.max_reason_bytes));
+  }
   return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeInfo(r.node(), l)});
 }
 absl::Status CheckRequest(const v1::KeepAliveRequest& r, const Limits& l) {

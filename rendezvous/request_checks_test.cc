@@ -27,6 +27,19 @@ TEST(CheckRequest, AJoinWithAnOversizedSecretIsRefusedBeforeItsIds) {
   EXPECT_TRUE(absl::StrContains(s.message(), "node_secret of 257 bytes")) << s;
 }
 
+TEST(CheckRequest, AJoinWithAnOversizedFailureReasonIsRefusedNamingIt) {
+  Limits limits;
+  v1::JoinRequest join;
+  join.set_run_id("run");
+  join.mutable_node()->set_node_id("n");
+  join.mutable_failure()->set_reason(std::string(limits.max_reason_bytes + 1, 'r'));
+  absl::Status s = CheckRequest(join, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "failure.reason is")) << s;
+  join.mutable_failure()->set_reason("rank 1 failed: exit code 1");
+  EXPECT_FALSE(absl::StrContains(CheckRequest(join, limits).message(), "failure")) << CheckRequest(join, limits);
+}
+
 TEST(CheckRequest, BatchesOverMaxKeysPerCallAreRefusedNamingTheLimit) {
   Limits limits;
   limits.max_keys_per_call = 2;

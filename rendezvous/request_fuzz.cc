@@ -47,7 +47,7 @@ void Step(World& w, uint8_t kind, const uint8_t* data, size_t size) {
       if (!CheckRequest(r, limits).ok()) return;
       auto options = RoundOptionsFromProto(r.options(), limits.max_nodes_per_run);
       if (!options.ok()) return;
-      (void)ApplyJoin(w.now, &w.state, r.node(), *options, r.last_round());
+      (void)ApplyJoin(w.now, &w.state, r.node(), *options, r.last_round(), r.failure());
       SetPolling(w.now, &w.state, r.node().node_id(), (kind & 0x40) != 0);
       break;
     }

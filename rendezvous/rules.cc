@@ -2,8 +2,8 @@
 #include "rendezvous/rules.h"
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -146,6 +146,16 @@ absl::StatusOr<RoundOptions> RoundOptionsFromProto(const v1::RunOptions& proto,
   options.keep_alive_max_attempt = proto.keep_alive_max_attempt() == 0
                                        ? kDefaultKeepAliveMaxAttempt
                                        : proto.keep_alive_max_attempt();
+  options.quarantine_after = proto.quarantine_after() == 0  ? kDefaultQuarantineAfter
+                             : proto.quarantine_after() < 0 ? 0
+                                                            : proto.quarantine_after();
+  auto window = SecondsField("quarantine_window_s", proto.quarantine_window_s(), kDefaultQuarantineWindow);
+  if (!window.ok()) return window.status();
+  auto cooldown =
+      SecondsField("quarantine_cooldown_s", proto.quarantine_cooldown_s(), kDefaultQuarantineCooldown);
+  if (!cooldown.ok()) return cooldown.status();
+  options.quarantine_window = *window;
+  options.quarantine_cooldown = *cooldown;
   return options;
 }
 
@@ -158,6 +168,9 @@ v1::RunOptions RoundOptionsToProto(const RoundOptions& options) {
   proto.set_close_timeout_s(absl::ToDoubleSeconds(options.close_timeout));
   proto.set_keep_alive_interval_s(absl::ToDoubleSeconds(options.keep_alive_interval));
   proto.set_keep_alive_max_attempt(options.keep_alive_max_attempt);
+  proto.set_quarantine_after(options.quarantine_after > 0 ? options.quarantine_after : -1);
+  proto.set_quarantine_window_s(absl::ToDoubleSeconds(options.quarantine_window));
+  proto.set_quarantine_cooldown_s(absl::ToDoubleSeconds(options.quarantine_cooldown));
   return proto;
 }
 
@@ -398,7 +411,86 @@ void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
       if (static_cast<size_t>(response->waiting_size()) >= max_nodes) break;
       *response->add_waiting() = j.node;
     }
+  }  for (const Quarantine& q : Quarantined(now, state)) {
+    if (static_cast<size_t>(response->quarantined_size()) >= max_nodes) break;
+    v1::QuarantinedHost* h = response->add_quarantined();
+    h->set_host(q.host);
+    h->set_failures(q.failures);
+    h->set_remaining_ms(absl::ToInt64Milliseconds(q.until - now));
+    h->set_reason(q.reason);
   }
+}
+
+bool NoteFailure(absl::Time now, RunState* state, const v1::NodeInfo& node,
+                 const v1::NodeFailure& failure) {
+  if (failure.round() <= 0 || failure.round() > state->highest_round || failure.failed_at_unix_us() <= 0) {
+    return false;
+  }
+  const absl::Time failed_at = absl::FromUnixMicros(failure.failed_at_unix_us());
+  auto [it, first] = state->round_failures.try_emplace(failure.round());
+  RoundFailure& cause = it->second;
+  if (!first && (failed_at >= cause.failed_at || cause.node_id == node.node_id())) return false;
+  if (first) cause.reported_at = now;
+  cause.failed_at = failed_at;
+  cause.host = node.host();
+  cause.node_id = node.node_id();
+  cause.reason = failure.reason().substr(0, 256);
+  while (state->round_failures.size() > kFailureHistory) {
+    state->round_failures.erase(state->round_failures.begin());
+  }
+  ++state->version;
+  return true;
+}
+
+std::optional<Quarantine> QuarantineOf(absl::Time now, const RunState& state, const std::string& host) {
+  const RoundOptions& o = state.options;
+  if (o.quarantine_after <= 0 || o.min_nodes >= o.max_nodes) return std::nullopt;
+  std::vector<const RoundFailure*> caused;
+  for (const auto& [round, cause] : state.round_failures) {
+    if (cause.host == host) caused.push_back(&cause);
+  }
+  std::sort(caused.begin(), caused.end(),
+            [](const RoundFailure* a, const RoundFailure* b) { return a->reported_at < b->reported_at; });
+  // The latest failure that completes `quarantine_after` within the window
+  // sets the end of the cool-down; an earlier one would end it sooner.
+  const int n = o.quarantine_after;
+  for (int last = static_cast<int>(caused.size()) - 1; last >= n - 1; --last) {
+    const absl::Time at = caused[last]->reported_at;
+    if (at - caused[last - n + 1]->reported_at > o.quarantine_window) continue;
+    const absl::Time until = at + o.quarantine_cooldown;
+    if (now >= until) return std::nullopt;
+    Quarantine q;
+    q.host = host;
+    q.until = until;
+    for (const RoundFailure* f : caused) q.failures += (f->reported_at > at - o.quarantine_window) ? 1 : 0;
+    q.reason = absl::StrCat("its workers failed first in ", q.failures, " rounds within ",
+                            absl::FormatDuration(o.quarantine_window), " (quarantine_after ", n,
+                            "); the last: ", caused[last]->reason);
+    return q;
+  }
+  return std::nullopt;
+}
+
+void FillQuarantined(absl::Time now, const Quarantine& q, const RoundOptions& options,
+                     v1::JoinResponse* response) {
+  response->set_outcome(v1::JoinResponse::QUARANTINED);
+  response->set_detail(absl::StrCat("host ", q.host, " is kept out of the run for ",
+                                    absl::FormatDuration(absl::Trunc(q.until - now, absl::Seconds(1))),
+                                    " more: ", q.reason));
+  const absl::Duration retry = std::max(absl::Milliseconds(1), std::min(q.until - now, options.keep_alive_interval));
+  response->set_retry_after_ms(absl::ToInt64Milliseconds(retry));
+}
+
+std::vector<Quarantine> Quarantined(absl::Time now, const RunState& state) {
+  std::vector<std::string> hosts;
+  for (const auto& [round, cause] : state.round_failures) hosts.push_back(cause.host);
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  std::vector<Quarantine> out;
+  for (const std::string& host : hosts) {
+    if (std::optional<Quarantine> q = QuarantineOf(now, state, host)) out.push_back(*std::move(q));
+  }
+  return out;
 }
 
 void Reindex(RunState* state) {
@@ -587,7 +679,8 @@ bool RefreshWaiting(absl::Time now, RunState* state, const v1::NodeInfo& node, b
 }  // namespace
 
 absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
-                                     const RoundOptions& options, int64_t last_round) {
+                                     const RoundOptions& options, int64_t last_round,
+                                     const v1::NodeFailure& failure) {
   if (absl::Status refused = CheckJoin(*state, node, options, last_round); !refused.ok()) {
     return refused;
   }
@@ -603,6 +696,26 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
       return result;
     }
     EndRound(now, state, absl::StrCat("node '", id, "' re-joined"));
+  }
+  NoteFailure(now, state, node, failure);
+  if (std::optional<Quarantine> q = QuarantineOf(now, *state, node.host())) {
+    // Kept out: neither a joiner nor a spare while the cool-down lasts.
+    bool changed = false;
+    if (state->joiner_index.contains(id)) {
+      RemoveJoiners(state, {id});
+      UpdateMinReached(now, state);
+      changed = true;
+    }
+    auto spare = std::find_if(state->spares.begin(), state->spares.end(),
+                              [&](const Joiner& s) { return s.node.node_id() == id; });
+    if (spare != state->spares.end()) {
+      state->spares.erase(spare);
+      changed = true;
+    }
+    if (changed) ++state->version;
+    result.outcome = JoinResult::Outcome::kQuarantined;
+    result.quarantine = *std::move(q);
+    return result;
   }
 
   bool spare = false;

@@ -17,6 +17,7 @@
 #define CPPTORCHRUN_RENDEZVOUS_RULES_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,13 @@ inline constexpr absl::Duration kDefaultLastCallTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kDefaultCloseTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kDefaultKeepAliveInterval = absl::Seconds(5);
 inline constexpr int kDefaultKeepAliveMaxAttempt = 3;
+// Quarantine (below): 3 round ends caused within 10 minutes keep a host out
+// for 10 minutes.
+inline constexpr int kDefaultQuarantineAfter = 3;
+inline constexpr absl::Duration kDefaultQuarantineWindow = absl::Minutes(10);
+inline constexpr absl::Duration kDefaultQuarantineCooldown = absl::Minutes(10);
+// The rounds whose failure reports a run keeps (the oldest go first).
+inline constexpr size_t kFailureHistory = 64;
 
 // The highest round number a run may reach (a Join's last_round, an
 // assignment's round): far beyond any job's life, and far enough below
@@ -55,6 +63,9 @@ struct RoundOptions {
   absl::Duration close_timeout = kDefaultCloseTimeout;
   absl::Duration keep_alive_interval = kDefaultKeepAliveInterval;
   int keep_alive_max_attempt = kDefaultKeepAliveMaxAttempt;
+  int quarantine_after = kDefaultQuarantineAfter;  // 0: off
+  absl::Duration quarantine_window = kDefaultQuarantineWindow;
+  absl::Duration quarantine_cooldown = kDefaultQuarantineCooldown;
 
   // How long a node may stay silent before it counts as dead.
   absl::Duration KeepAliveDeadline() const { return keep_alive_interval * keep_alive_max_attempt; }
@@ -87,6 +98,16 @@ struct ParticipantState {
   v1::RestartPhases last_restart;  // from its keep-alives
 };
 
+// The cause of a round's end by failure: of the nodes whose own workers
+// failed in that round (JoinRequest.failure), the one that failed first.
+struct RoundFailure {
+  absl::Time failed_at;    // the reporting node's clock
+  absl::Time reported_at;  // the rendezvous's clock, at the round's first report
+  std::string host;
+  std::string node_id;
+  std::string reason;
+};
+
 struct RunState {
   std::string run_id;
   RoundOptions options;
@@ -116,6 +137,9 @@ struct RunState {
   bool closed = false;
   std::string closed_reason;
   absl::Time closed_at;
+
+  // By round: what ended it by failure (at most kFailureHistory rounds).
+  std::map<int64_t, RoundFailure> round_failures;
 
   // Indexes into `participants` and `joiners` by node id (kept by the
   // transitions below).
@@ -181,6 +205,46 @@ std::optional<v1::Assignment> AssignmentFor(const RunState& state, const std::st
 // participants of the latest round (newcomers).
 int WaitingNodes(const RunState& state);
 
+// --- quarantine ---------------------------------------------------------------
+//
+// A node whose workers keep failing ends round after round: every other
+// node stops and restarts for it, and it spends the job's time. The
+// rendezvous keeps its host out for a cool-down once it has caused
+// quarantine_after round ends within quarantine_window: its Joins are
+// answered QUARANTINED until quarantine_cooldown after the last of them,
+// and the others go on without it. A round's end is caused by the node that
+// failed first among those that report a failure in it (a node whose
+// workers died of a lost peer reports too, but later), so a healthy node
+// is not blamed for its peer. Only runs that can go on without the host
+// (min_nodes < max_nodes) keep one out: in a fixed-size job a quarantine
+// would only stall the others (its restart budget and the no-progress exit
+// bound it there).
+struct Quarantine {
+  std::string host;
+  int failures = 0;  // within the window
+  absl::Time until;
+  std::string reason;
+};
+
+// Records `failure`, reported by `node`, as the cause of its round when it
+// failed before any other report of that round. Reports of a round the run
+// has not reached, or without a time, are ignored. True when it changed
+// the state.
+bool NoteFailure(absl::Time now, RunState* state, const v1::NodeInfo& node,
+                 const v1::NodeFailure& failure);
+
+// Whether `host` is kept out at `now`, and until when.
+std::optional<Quarantine> QuarantineOf(absl::Time now, const RunState& state, const std::string& host);
+
+// Every host kept out at `now`, by host.
+std::vector<Quarantine> Quarantined(absl::Time now, const RunState& state);
+
+// What a node kept out is told: QUARANTINED, with the host, why and for how
+// long in `detail`, and to ask again within a keep-alive interval (so that
+// it learns of a closed run) or at the cool-down's end if sooner.
+void FillQuarantined(absl::Time now, const Quarantine& q, const RoundOptions& options,
+                     v1::JoinResponse* response);
+
 // The run's status as RunStatus answers it, from the state alone: options,
 // round, state, version, closed reason, the participants (heartbeat ages
 // from `now`) and the waiting nodes, at most `max_nodes` of each. The
@@ -195,7 +259,10 @@ void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
 void Reindex(RunState* state);
 
 struct JoinResult {
-  enum class Outcome { kPending, kSpare, kComplete } outcome = Outcome::kPending;
+  enum class Outcome { kPending, kSpare, kComplete, kQuarantined } outcome = Outcome::kPending;
+  // For kQuarantined: why, and until when (the node is neither a joiner nor
+  // a spare meanwhile).
+  Quarantine quarantine;
   // For kComplete of the caller alone (its earlier answer was lost).
   v1::Assignment assignment;
   // The round completed during this call: every participant's held Join
@@ -209,12 +276,16 @@ struct JoinResult {
 absl::Status CheckJoin(const RunState& state, const v1::NodeInfo& node, const RoundOptions& options,
                        int64_t last_round);
 
-// A Join of `node` who last took part in `last_round`. Errors:
+// A Join of `node` who last took part in `last_round`, with the failure of
+// its workers that it reports (empty: none; NoteFailure). A node whose host
+// is quarantined is answered kQuarantined and leaves the waiting lists.
+// Errors:
 // FailedPrecondition when the run is closed, the node's nnodes disagree with
 // the run's, or its static rank is taken; InvalidArgument for a static rank
 // beyond max_nodes.
 absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::NodeInfo& node,
-                                     const RoundOptions& options, int64_t last_round);
+                                     const RoundOptions& options, int64_t last_round,
+                                     const v1::NodeFailure& failure = v1::NodeFailure());
 
 struct TickResult {
   bool round_completed = false;

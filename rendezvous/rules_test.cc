@@ -630,5 +630,146 @@ TEST(NextDeadline, IsTheEarliestPendingDeadline) {
   EXPECT_EQ(NextDeadline(s), kT0 + absl::Seconds(16));
 }
 
+// --- quarantine ----------------------------------------------------------------
+
+v1::NodeFailure FailedAt(int64_t round, absl::Time at, const std::string& reason = "exit 1") {
+  v1::NodeFailure f;
+  f.set_round(round);
+  f.set_failed_at_unix_us(absl::ToUnixMicros(at));
+  f.set_reason(reason);
+  return f;
+}
+
+JoinResult JoinAfterFailure(RunState* s, absl::Time now, const std::string& id, absl::Time failed_at) {
+  absl::StatusOr<JoinResult> r =
+      ApplyJoin(now, s, Node(id), s->options, s->active_round, FailedAt(s->active_round, failed_at));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : JoinResult{};
+}
+
+TEST(Quarantine, TheRoundsCauseIsTheNodeThatFailedFirstNotItsVictim) {
+  RunState s = ActiveRun(1, 3, {"a", "b"});
+  const absl::Time t = kT0 + absl::Seconds(5);
+  // b's worker died at t; a's workers lost their peer 40 ms later, but a's
+  // report arrives first.
+  JoinAfterFailure(&s, t + absl::Milliseconds(300), "a", t + absl::Milliseconds(40));
+  ASSERT_EQ(s.round_failures.count(1), 1u);
+  EXPECT_EQ(s.round_failures[1].host, "host-a");
+  const int64_t version = s.version;
+  absl::StatusOr<JoinResult> b = ApplyJoin(t + absl::Milliseconds(310), &s, Node("b"), s.options, 1,
+                                           FailedAt(1, t, "SIGKILL"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(s.round_failures[1].host, "host-b");
+  EXPECT_EQ(s.round_failures[1].reason, "SIGKILL");
+  EXPECT_GT(s.version, version);
+  // The first report's arrival stays the time the round's failure counts from.
+  EXPECT_EQ(s.round_failures[1].reported_at, t + absl::Milliseconds(300));
+  // A later report (a's again, each poll repeats it) changes nothing.
+  const int64_t after = s.version;
+  JoinAfterFailure(&s, t + absl::Milliseconds(320), "a", t + absl::Milliseconds(40));
+  EXPECT_EQ(s.round_failures[1].host, "host-b");
+  EXPECT_EQ(s.version, after);
+}
+
+TEST(Quarantine, ReportsOfRoundsNotReachedOrWithoutATimeAreIgnored) {
+  RunState s = ActiveRun(1, 3, {"a", "b"});
+  EXPECT_FALSE(NoteFailure(kT0, &s, Node("a"), FailedAt(7, kT0)));
+  EXPECT_FALSE(NoteFailure(kT0, &s, Node("a"), FailedAt(0, kT0)));
+  v1::NodeFailure untimed = FailedAt(1, kT0);
+  untimed.set_failed_at_unix_us(0);
+  EXPECT_FALSE(NoteFailure(kT0, &s, Node("a"), untimed));
+  EXPECT_TRUE(s.round_failures.empty());
+}
+
+// Rounds of a and b in which b's workers fail first, every `gap`.
+RunState FlappingB(int failures, absl::Duration gap, absl::Time* now, int min_nodes = 1, int max_nodes = 3) {
+  RunState s = ActiveRun(min_nodes, max_nodes, {"a", "b"});
+  absl::Time t = kT0 + absl::Seconds(1);
+  for (int i = 0; i < failures; ++i) {
+    t += gap;
+    JoinAfterFailure(&s, t, "b", t - absl::Milliseconds(100));
+    if (i + 1 == failures) break;
+    Join(&s, t, "a", s.active_round);
+    ApplyTick(t + s.options.last_call_timeout, &s);
+  }
+  *now = t;
+  return s;
+}
+
+TEST(Quarantine, AHostCausingThreeRoundEndsIsKeptOutForTheCooldownAndTheOthersGoOn) {
+  absl::Time t;
+  RunState s = FlappingB(3, absl::Minutes(1), &t);
+  // b's third report kept it out at once: no longer a joiner.
+  EXPECT_FALSE(s.joiner_index.contains("b"));
+  std::optional<Quarantine> q = QuarantineOf(t, s, "host-b");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->failures, 3);
+  EXPECT_EQ(q->until, t + absl::Minutes(10));
+  EXPECT_NE(q->reason.find("failed first in 3 rounds within 10m"), std::string::npos) << q->reason;
+  EXPECT_FALSE(QuarantineOf(t, s, "host-a").has_value());
+  // Its Joins are answered kQuarantined, and a goes on alone.
+  JoinResult again = Join(&s, t + absl::Seconds(1), "b", s.active_round);
+  EXPECT_EQ(again.outcome, JoinResult::Outcome::kQuarantined);
+  EXPECT_EQ(again.quarantine.until, t + absl::Minutes(10));
+  Join(&s, t + absl::Seconds(1), "a", s.active_round);
+  ApplyTick(t + absl::Seconds(1) + s.options.last_call_timeout, &s);
+  EXPECT_EQ(Ids(s), (std::vector<std::string>{"a"}));
+  v1::RunStatusResponse status;
+  FillRunStatus(t + absl::Minutes(4), s, 10, &status);
+  ASSERT_EQ(status.quarantined_size(), 1);
+  EXPECT_EQ(status.quarantined(0).host(), "host-b");
+  EXPECT_EQ(status.quarantined(0).failures(), 3);
+  EXPECT_EQ(status.quarantined(0).remaining_ms(), absl::ToInt64Milliseconds(absl::Minutes(6)));
+  // After the cool-down it is admitted again (ending a's round, which has room).
+  EXPECT_FALSE(QuarantineOf(t + absl::Minutes(10), s, "host-b").has_value());
+  JoinResult back = Join(&s, t + absl::Minutes(10), "b", 0);
+  EXPECT_EQ(back.outcome, JoinResult::Outcome::kPending);
+  EXPECT_TRUE(s.joiner_index.contains("b"));
+  // One more failure after that is not a quarantine: the old ones are out of the window.
+  Join(&s, t + absl::Minutes(10), "a", s.active_round);
+  ApplyTick(t + absl::Minutes(10) + s.options.last_call_timeout, &s);
+  const absl::Time later = t + absl::Minutes(11);
+  EXPECT_EQ(JoinAfterFailure(&s, later, "b", later).outcome, JoinResult::Outcome::kPending);
+}
+
+TEST(Quarantine, FailuresSpreadWiderThanTheWindowDoNotCount) {
+  absl::Time t;
+  RunState s = FlappingB(3, absl::Minutes(6), &t);  // 12 minutes from the first to the third
+  EXPECT_FALSE(QuarantineOf(t, s, "host-b").has_value());
+  EXPECT_TRUE(s.joiner_index.contains("b"));
+}
+
+TEST(Quarantine, NeverInAFixedSizeRunNorWhenTurnedOff) {
+  absl::Time t;
+  RunState fixed = FlappingB(3, absl::Minutes(1), &t, /*min_nodes=*/2, /*max_nodes=*/2);
+  ASSERT_EQ(fixed.round_failures.size(), 3u);
+  EXPECT_FALSE(QuarantineOf(t, fixed, "host-b").has_value());
+  RunState off = NewRun("run", Options(1, 3));
+  off.options.quarantine_after = 0;
+  off.round_failures = fixed.round_failures;
+  EXPECT_FALSE(QuarantineOf(t, off, "host-b").has_value());
+  EXPECT_TRUE(Quarantined(t, off).empty());
+}
+
+TEST(RoundOptionsFromProto, QuarantineDefaultsAndOffSurviveTheWire) {
+  v1::RunOptions p;
+  p.set_min_nodes(1);
+  p.set_max_nodes(2);
+  auto o = RoundOptionsFromProto(p, 100);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->quarantine_after, 3);
+  EXPECT_EQ(o->quarantine_window, absl::Minutes(10));
+  EXPECT_EQ(o->quarantine_cooldown, absl::Minutes(10));
+  p.set_quarantine_after(-1);
+  o = RoundOptionsFromProto(p, 100);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->quarantine_after, 0);
+  auto back = RoundOptionsFromProto(RoundOptionsToProto(*o), 100);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->quarantine_after, 0);
+  p.set_quarantine_cooldown_s(-5);
+  EXPECT_NE(RoundOptionsFromProto(p, 100).status().message().find("quarantine_cooldown_s"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cpptorchrun::rdzv

@@ -638,11 +638,14 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     if (previous != run->joins.end()) AnswerJoin(run, previous->second, finishes);
     const bool newcomer = !run->state.joiner_index.contains(node_id) && !IsSpare(run->state, node_id);
     absl::StatusOr<JoinResult> result =
-        ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round());
+        ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round(),
+                  request->failure());
     Held* held = nullptr;
-    if (result.ok() && newcomer) ++node_joins_;
+    if (result.ok() && newcomer && result->outcome != JoinResult::Outcome::kQuarantined) ++node_joins_;
     if (!result.ok()) {
       // Settled below all the same: a previous Join may have been answered.
+    } else if (result->outcome == JoinResult::Outcome::kQuarantined) {
+      FillQuarantined(now, result->quarantine, run->state.options, response);  // answered at once
     } else if (result->outcome == JoinResult::Outcome::kComplete) {
       response->set_outcome(v1::JoinResponse::COMPLETE);
       *response->mutable_assignment() = result->assignment;

@@ -6,7 +6,9 @@
    names it (rank, host, process state) within 15 s, and the first host's
    launcher, whose workers only wait for it, accuses nobody.
    A node whose --health_check fails stays out of the job and says why;
-   the other trains alone.
+   the other trains alone. A node whose workers keep failing is kept out
+   (quarantined) by the rendezvous after its third, and listed by status;
+   the other, whose workers only lost their peer, trains on alone.
 6. The rendezvous server is killed (SIGKILL) and started again on the same
    port during a 2-node job: training goes on without a restart, the agents
    re-register their round, and a worker failure after that still recovers
@@ -98,6 +100,46 @@ class FaultsTest(unittest.TestCase):
         self.assertEqual(b.joined(), [], "B never joined")
         self.assertIn("this node stays out: health check failed (exit code 3): GPU 0: 3 uncorrectable ECC errors",
                       b.text())
+        b.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(b.wait(60), 128 + signal.SIGTERM, b.text()[-3000:])
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def test_a_flapping_node_is_quarantined_and_the_job_goes_on_without_it(self):
+        # Node B's workers die three times (kill -9, as a failing GPU would
+        # take them): its third failure keeps its host out of the run for the
+        # cool-down (quarantine_after 3, the default), and node A, whose
+        # workers only lost their peer, trains on alone.
+        train = ["--epochs", "1", "--checkpoint_every", "8"]
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "1:2",
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf(), max_restarts=5)
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "1:2",
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf(), max_restarts=5)
+        def workers_of_a_round_with_both(kill):
+            joined = b.joined()
+            if len(b.joined(group_world_size=2)) <= kill or joined[-1]["group_world_size"] != 2:
+                return None
+            return b.worker_pids()
+
+        for kill in range(3):
+            victims = harness.wait_for(lambda: workers_of_a_round_with_both(kill), 120,
+                                       "node B's workers in a round with A (kill %d)" % (kill + 1))
+            os.kill(victims[0], signal.SIGKILL)
+            harness.wait_for(lambda: len(jobs.named(b.events_so_far(), "worker_failed")) > kill, 60,
+                             "node B to see its failure %d" % (kill + 1))
+        kept_out = harness.wait_for(lambda: jobs.named(b.events_so_far(), "quarantined"), 60, "B kept out")
+        self.assertIn("host %s is kept out of the run" % self.cluster.hosts[2].addr, kept_out[0]["detail"])
+        self.assertIn("failed first in 3 rounds", kept_out[0]["detail"])
+        table = harness.wait_for(lambda: (self.status() or "") if "QUARANTINED_HOST" in (self.status() or "")
+                                 else None, 30, "status to list the quarantine")
+        section = table[table.index("QUARANTINED_HOST"):].split("\n\n")[0]
+        self.assertEqual([r.split()[:2] for r in section.splitlines()[1:]], [[self.cluster.hosts[2].addr, "3"]],
+                         table)
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(jobs.read_metrics(a.metrics)["world_size"], 2, "A finished alone")
+        events = b.events()
+        first_kept_out = [e["event"] for e in events].index("quarantined")
+        self.assertEqual(jobs.named(events[first_kept_out:], "round_joined"), [], "B was not admitted again")
+        self.assertIn("the rendezvous keeps this node out of run", b.text())
         b.proc.send_signal(signal.SIGTERM)
         self.assertEqual(b.wait(60), 128 + signal.SIGTERM, b.text()[-3000:])
         self.assertEqual(jobs.job_leftovers(self.run_id), [])

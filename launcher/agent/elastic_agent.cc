@@ -53,6 +53,9 @@ constexpr absl::Duration kExitBarrierRecheck = absl::Seconds(1);
 // A rendezvous call at exit after a stop signal gets at least this long,
 // even when the workers took the whole grace.
 constexpr absl::Duration kMinExitCall = absl::Milliseconds(200);
+// How long a failed group waits to learn from the rendezvous whether its
+// round had ended already (RoundEndedBeforeFailure); no answer: a failure.
+constexpr absl::Duration kRoundCheckBound = absl::Seconds(2);
 
 }  // namespace
 
@@ -279,7 +282,7 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     const WorkerView& v = views[lr];
     const bool culprit = std::count(check.culprits.begin(), check.culprits.end(), lr) > 0;
     (culprit ? culprit_ranks : waiting_ranks).push_back(w.rank);
-    const std::string state = ProcessState(w.pid);
+    const std::string state = o_.processes->State(w.pid);
     states.push_back(absl::StrCat("rank ", w.rank, ": ", state));
     waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.progress.last_progress.value_or(now)));
     deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
@@ -366,7 +369,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
         v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
         v.progress = o_.progress->Progress(w.local_rank);
         if (v.last_heartbeat.has_value()) {
-          const std::string state = ProcessState(w.pid);
+          const std::string state = o_.processes->State(w.pid);
           v.frozen = absl::StartsWith(state, "stopped") || absl::StartsWith(state, "uninterruptible");
         }
         v.finished = o_.progress->Finished(w.local_rank);
@@ -446,6 +449,21 @@ void ElasticAgent::StopWorkers(int signo, StopKind kind) {
     for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
       if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
     }
+  }
+  // What SIGKILL did not end, the kernel holds (uninterruptible sleep: a
+  // driver, a hung file system): no signal ends it before the kernel lets
+  // go. Waiting on would wedge the launcher and the job with it, so it goes
+  // on without the worker, says where the kernel holds it, and reaps it
+  // (Wait reaps every child) if it ever ends.
+  for (Worker& w : workers_) {
+    if (w.exited || w.pid <= 0) continue;
+    const std::string state = o_.processes->State(w.pid);
+    spdlog::error("worker rank {} (local rank {}, pid {}) is still alive {} after SIGKILL, {}: going on without it",
+                  w.rank, w.local_rank, w.pid, absl::FormatDuration(kKillWait), state);
+    Event("worker_unkillable", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
+                                {"pid", int64_t{w.pid}}, {"state", state},
+                                {"waited_s", absl::ToDoubleSeconds(kKillWait)}});
+    w.exited = true;
   }
   o_.processes->DrainOutput(absl::Now() + kDrainWait);
 }
@@ -571,6 +589,13 @@ void ElasticAgent::CallAtExit(const std::function<void()>& fn, absl::string_view
   }
   const absl::Duration left =
       std::max(*stop_signalled_at_ + o_.shutdown_timeout - o_.clock->Now(), kMinExitCall);
+  if (CallWithin(fn, left)) return;
+  spdlog::warn("{}: the rendezvous did not answer within the shutdown grace ({}): exiting without it", std::string(what),
+               absl::FormatDuration(o_.shutdown_timeout));
+  Event("exit_call_abandoned", {{"call", std::string(what)}, {"waited_s", absl::ToDoubleSeconds(left)}});
+}
+
+bool ElasticAgent::CallWithin(const std::function<void()>& fn, absl::Duration bound) {
   struct Shared {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
@@ -585,16 +610,36 @@ void ElasticAgent::CallAtExit(const std::function<void()>& fn, absl::string_view
   {
     absl::MutexLock lock(&shared->mu);
     auto is_done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) { return shared->done; };
-    done = shared->mu.AwaitWithTimeout(absl::Condition(&is_done), left);
+    done = shared->mu.AwaitWithTimeout(absl::Condition(&is_done), bound);
   }
   if (done) {
     helper.join();
-    return;
+    return true;
   }
-  spdlog::warn("{}: the rendezvous did not answer within the shutdown grace ({}): exiting without it", std::string(what),
-               absl::FormatDuration(o_.shutdown_timeout));
-  Event("exit_call_abandoned", {{"call", std::string(what)}, {"waited_s", absl::ToDoubleSeconds(left)}});
   unfinished_.push_back(std::move(helper));
+  return false;
+}
+
+std::optional<std::string> ElasticAgent::RoundEndedBeforeFailure() {
+  if (o_.round_monitor != nullptr) {
+    RoundEnd end = o_.round_monitor->Poll();
+    if (end.ended) return end.run_closed ? std::nullopt : std::optional<std::string>(end.reason);
+  }
+  // The monitor may not have heard yet: the rendezvous itself is asked
+  // (a Watch from version 0 answers at once), within a bound.
+  auto event = std::make_shared<absl::StatusOr<rdzv::v1::RunEvent>>(absl::UnknownError("no answer"));
+  rdzv::RendezvousClient* client = o_.rdzv;
+  const std::string node_id = o_.node.node_id();
+  const int64_t round = run_.last_round;
+  const std::string run_id = o_.run_id;
+  if (!CallWithin([event, client, run_id, node_id, round] {
+        *event = client->Watch(run_id, node_id, round, 0, absl::ZeroDuration());
+      },
+                  kRoundCheckBound)) {
+    return std::nullopt;
+  }
+  if (!event->ok() || (*event)->round_current() || (*event)->run_closed()) return std::nullopt;
+  return (*event)->reason();
 }
 
 std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
@@ -604,6 +649,7 @@ std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
   *req.mutable_options() = o_.run_options;
   req.set_last_round(run_.last_round);
   req.set_node_secret(node_secret_);
+  if (run_.failure_report.round() > 0) *req.mutable_failure() = run_.failure_report;
   if (o_.fixed_master_port > 0) {
     req.mutable_node()->set_free_port(o_.fixed_master_port);
   } else {
@@ -621,7 +667,16 @@ std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
   auto joined = std::make_shared<absl::StatusOr<rdzv::v1::Assignment>>(absl::UnknownError("not joined"));
   int signo = 0;
   rdzv::RendezvousClient* client = o_.rdzv;
-  if (Interruptible([joined, client, req] { *joined = client->Join(req); }, &signo,
+  // Kept out by the rendezvous (its workers kept failing): said once per
+  // Join, from the Join's thread; the Join waits on.
+  rdzv::JoinHooks hooks;
+  hooks.on_quarantined = [this, said = std::make_shared<bool>(false)](const std::string& detail) {
+    if (*said) return;
+    *said = true;
+    spdlog::warn("the rendezvous keeps this node out of run '{}': {}; waiting to be admitted", o_.run_id, detail);
+    Event("quarantined", {{"detail", detail}});
+  };
+  if (Interruptible([joined, client, req, hooks] { *joined = client->Join(req, hooks); }, &signo,
                     /*stop_on_round_end=*/false) != WaitEnd::kDone) {
     NoteStopSignal();
     spdlog::warn("received {} while waiting for the rendezvous: exiting", SignalName(signo));
@@ -636,6 +691,7 @@ std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
   }
   run_.last_round = (*joined)->round();
   run_.proof = (*joined)->signature();
+  run_.failure_report.Clear();
   if (restart_.has_value()) restart_->joined = o_.clock->Now();
   return **joined;
 }
@@ -783,19 +839,30 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
 }
 
 ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
-  StopRoundMonitor();
   StopWorkers(SIGTERM, StopKind::kForRestart);
   std::vector<FailureRecord> failures = Failures();
   run_.result.failures = failures;
   if (failures.empty()) {
+    StopRoundMonitor();
     // Not reachable by CheckGroup's rules; never index an empty list.
     return Stopped{StopCause::kAgentError, "worker group failed without a recorded failure"};
   }
   const FailureRecord& rc = failures[std::max(RootCauseIndex(failures), 0)];
   int code = rc.status.LauncherExitCode();
+  const std::string what = absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString());
+  // Workers whose peers were stopped for a new round (a node joined, left
+  // or failed) lose their connections and fail before this launcher hears
+  // that the round ended: a membership change, not a failure of this node,
+  // so no restart is spent and nothing is reported against it.
+  std::optional<std::string> ended = RoundEndedBeforeFailure();
+  StopRoundMonitor();
+  if (ended.has_value()) {
+    spdlog::warn("worker group failed ({}) after its round had ended ({}): a membership change", what, *ended);
+    return Stopped{StopCause::kMembershipChanged, absl::StrCat(*ended, "; the workers failed with it: ", what), 1,
+                   rc.time, o_.clock->Now()};
+  }
   // Detected when the launcher saw the first failure; stopped now.
-  return Stopped{StopCause::kWorkerFailed, absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString()),
-                 code == 0 ? 1 : code, rc.time, o_.clock->Now()};
+  return Stopped{StopCause::kWorkerFailed, what, code == 0 ? 1 : code, rc.time, o_.clock->Now()};
 }
 
 ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const MonitorResult& m) {
@@ -844,6 +911,11 @@ bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
       spdlog::warn("worker group failed ({}); restarting, {} of {} restarts", s.reason, run_.restart_count,
                    o_.max_restarts);
       restart_ = PendingRestart{"worker_failed", round, true, s.detected, s.stopped, {}};
+      // The rendezvous judges from every node's report which one's failure
+      // ended the round (a quarantine counts them, rendezvous/rules.h).
+      run_.failure_report.set_round(round);
+      run_.failure_report.set_failed_at_unix_us(absl::ToUnixMicros(s.detected));
+      run_.failure_report.set_reason(s.reason.substr(0, 256));
       return true;
     case NextAction::kExitSuccess:
       Leave("finished");

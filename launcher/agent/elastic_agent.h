@@ -236,6 +236,10 @@ class ElasticAgent {
     std::string proof;  // the current assignment's signature
     ProgressLedger ledger;  // steps gained across worker failures
     AgentResult result;
+    // This node's own failure, told to the rendezvous by the Joins after it
+    // (JoinRequest.failure: the round, the first failure's time, why);
+    // round 0: none to tell.
+    rdzv::v1::NodeFailure failure_report;
   };
   // The furthest step this node's current workers reported; -1: none.
   int64_t BestStepThisAttempt() const;
@@ -278,6 +282,13 @@ class ElasticAgent {
   // kMinExitCall), leaving a call that outlives it to the helpers the
   // destructor joins once the client is cancelled.
   void CallAtExit(const std::function<void()>& fn, absl::string_view what);
+  // Runs `fn` on a helper thread and waits at most `bound`: false when it
+  // has not returned by then (the helper is joined by the destructor).
+  bool CallWithin(const std::function<void()>& fn, absl::Duration bound);
+  // The reason the round of a group that just failed had ended already (at
+  // the round monitor, or at the rendezvous asked directly); nullopt when it
+  // stands, the run closed, or nobody answered within kRoundCheckBound.
+  std::optional<std::string> RoundEndedBeforeFailure();
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;

@@ -488,6 +488,15 @@ void StepThenStall(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s
   }
 }
 
+// The `index`th event called `event`.
+std::map<std::string, EventValue> OnlyEventAt(const MemoryEventLog& log, const std::string& event, int index) {
+  for (const auto& [name, list] : log.events()) {
+    if (name == event && index-- == 0) return std::map<std::string, EventValue>(list.begin(), list.end());
+  }
+  ADD_FAILURE() << "no " << event;
+  return {};
+}
+
 std::map<std::string, EventValue> OnlyEvent(const MemoryEventLog& log, const std::string& event) {
   std::map<std::string, EventValue> out;
   int seen = 0;
@@ -498,6 +507,60 @@ std::map<std::string, EventValue> OnlyEvent(const MemoryEventLog& log, const std
   }
   EXPECT_EQ(seen, 1) << event;
   return out;
+}
+
+// After a failure of its own workers the node tells the rendezvous (the
+// Join's failure: the round, when, why), once; a Join the rendezvous answers
+// "kept out" is said once, and the node waits on.
+TEST_F(AgentTest, ARejoinAfterItsOwnFailureReportsItAndAQuarantineIsSaidOnce) {
+  o_.max_restarts = 2;
+  const absl::Time t0 = clock_.Now();
+  int starts = 0;
+  processes_.on_start = [&starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 0) ++starts;
+    const bool fail = starts == 1 && std::stoi(s.spec.env.at("LOCAL_RANK")) == 1;
+    p.ExitAt(s.pid, s.time + absl::Seconds(2), fail ? ExitStatus::Exited(3) : ExitStatus::Exited(0));
+  };
+  rdzv_.quarantined_answers = 3;
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(rdzv_.joins().size(), 2u);
+  EXPECT_FALSE(rdzv_.joins()[0].has_failure());
+  const rdzv::v1::NodeFailure f = rdzv_.joins()[1].failure();
+  EXPECT_EQ(f.round(), 1);
+  EXPECT_EQ(f.failed_at_unix_us(), absl::ToUnixMicros(t0 + absl::Seconds(2)));
+  EXPECT_THAT(f.reason(), HasSubstr("rank 1 failed: exit code 3"));
+  std::vector<std::string> names = events_.names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "quarantined"), 2) << "once per Join";
+  EXPECT_EQ(std::get<std::string>(OnlyEventAt(events_, "quarantined", 0).at("detail")), rdzv_.quarantine_detail);
+}
+
+// A peer node stopped its workers for a new round before this launcher
+// heard of it: this node's workers lose their connections and fail. The
+// rendezvous says the round had ended: a membership change, so no restart
+// is spent (max_restarts 0 would end the job) and no failure is reported.
+TEST_F(AgentTest, WorkersFailingAfterTheirRoundEndedAreAMembershipChange) {
+  o_.max_restarts = 0;
+  int starts = 0;
+  processes_.on_start = [this, &starts](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    if (lr == 0) ++starts;
+    if (starts == 1 && lr == 1) {
+      p.CallAt(s.time + absl::Seconds(2), [this] { rdzv_.EndRound("node 'node-b' re-joined"); });
+      p.ExitAt(s.pid, s.time + absl::Seconds(2), ExitStatus::Exited(1));
+      return;
+    }
+    if (starts > 1) p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(starts, 2);
+  EXPECT_EQ(r.restart_count, 0);
+  std::map<std::string, EventValue> restart = OnlyEvent(events_, "restart");
+  EXPECT_EQ(std::get<std::string>(restart.at("cause")), "membership");
+  EXPECT_EQ(std::get<int64_t>(restart.at("counted")), 0);
+  ASSERT_EQ(rdzv_.joins().size(), 2u);
+  EXPECT_FALSE(rdzv_.joins()[1].has_failure());
 }
 
 TEST_F(AgentTest, ByDefaultARankWhoseHeartbeatsStopIsTheCulpritAfterTheFloor) {
@@ -537,6 +600,46 @@ TEST_F(AgentTest, ARankStillHeartbeatingIsWaitingAndGivenTwiceTheDeadline) {
   EXPECT_TRUE(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")).empty());
   EXPECT_TRUE(std::get<std::vector<std::string>>(hang.at("culprit_hosts")).empty());
   EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("waiting_ranks")), std::vector<int64_t>{1});
+}
+
+// A worker the kernel holds in uninterruptible sleep (a fake /proc says D,
+// with where): it is the hang's culprit, SIGKILL does not end it, and the
+// agent does not wedge: after the grace and the kill wait it says so and
+// starts the next group, which finishes the job.
+TEST_F(AgentTest, AWorkerInUninterruptibleSleepDoesNotWedgeTheAgent) {
+  o_.hang = HangOptions();
+  o_.max_restarts = 1;
+  int starts = 0;
+  absl::Time second_group;
+  processes_.on_start = [this, &starts, &second_group](FakeProcessLauncher& p,
+                                                       const FakeProcessLauncher::Started& s) {
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 0) ++starts;
+    if (starts == 1) {
+      StepThenStall(p, s, board_, 20);
+      if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 1) {
+        p.Unkillable(s.pid, "uninterruptible sleep (D) in nfs_wait_on_request");
+      }
+      return;
+    }
+    second_group = s.time;
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(starts, 2);
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
+  EXPECT_THAT(std::get<std::string>(hang.at("process_states")),
+              HasSubstr("rank 1: uninterruptible sleep (D) in nfs_wait_on_request"));
+  std::map<std::string, EventValue> stuck = OnlyEvent(events_, "worker_unkillable");
+  EXPECT_EQ(std::get<int64_t>(stuck.at("rank")), 1);
+  EXPECT_EQ(std::get<std::string>(stuck.at("state")), "uninterruptible sleep (D) in nfs_wait_on_request");
+  // Hung at 30 s (the floor after the last step at 20 s); then at most the
+  // shutdown grace (30 s) and the kill wait (10 s) before the next group.
+  EXPECT_GT(second_group, t0 + absl::Seconds(30));
+  EXPECT_LE(second_group, t0 + absl::Seconds(30 + 30 + 10 + 1));
+  EXPECT_EQ(processes_.alive().size(), 1u);  // only the one the kernel holds
 }
 
 TEST_F(AgentTest, FailuresThatNeverPassTheBestStepEndTheJobWithTheNoProgressCode) {

@@ -53,7 +53,7 @@ void FakeProcessLauncher::ExitLocked(pid_t pid, ExitStatus status, std::vector<P
 void FakeProcessLauncher::SignalGroup(pid_t pid, int signo) {
   absl::MutexLock lock(&mu_);
   signals_.push_back({pid, signo});
-  if (alive_.count(pid) == 0) return;
+  if (alive_.count(pid) == 0 || unkillable_.count(pid) != 0) return;
   if (signo == SIGKILL || (signo == SIGTERM && ignore_term_.count(pid) == 0) || signo == SIGINT ||
       signo == SIGHUP || signo == SIGQUIT) {
     ExitLocked(pid, ExitStatus::Killed(signo), &ready_);
@@ -93,6 +93,18 @@ void FakeProcessLauncher::CallAt(absl::Time t, std::function<void()> fn) {
 void FakeProcessLauncher::IgnoreSigterm(pid_t pid) {
   absl::MutexLock lock(&mu_);
   ignore_term_.insert(pid);
+}
+
+void FakeProcessLauncher::Unkillable(pid_t pid, const std::string& state) {
+  absl::MutexLock lock(&mu_);
+  unkillable_[pid] = state;
+}
+
+std::string FakeProcessLauncher::State(pid_t pid) {
+  absl::MutexLock lock(&mu_);
+  if (alive_.count(pid) == 0) return "gone";
+  auto it = unkillable_.find(pid);
+  return it != unkillable_.end() ? it->second : "running";
 }
 
 std::vector<ProcessEvent> FakeProcessLauncher::Wait(absl::Time deadline) {
@@ -219,10 +231,12 @@ std::vector<int> FakeRoundMonitor::restart_counts() const {
 FakeRendezvousClient::FakeRendezvousClient(int group_rank, int group_world_size)
     : group_rank_(group_rank), group_world_size_(group_world_size), store_(rdzv::NewInMemoryStore()) {}
 
-absl::StatusOr<rdzv::v1::Assignment> FakeRendezvousClient::Join(const rdzv::v1::JoinRequest& request) {
+absl::StatusOr<rdzv::v1::Assignment> FakeRendezvousClient::Join(const rdzv::v1::JoinRequest& request,
+                                                                const rdzv::JoinHooks& hooks) {
   absl::MutexLock lock(&mu_);
   joins_.push_back(request);
   if (!join_error.ok()) return join_error;
+  for (int i = 0; i < quarantined_answers && hooks.on_quarantined; ++i) hooks.on_quarantined(quarantine_detail);
   if (block_joins) {
     mu_.Await(absl::Condition(&cancelled_));
     ++blocked_joins_returned_;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -54,6 +55,11 @@ class FakeProcessLauncher final : public ProcessLauncher {
   void CallAt(absl::Time t, std::function<void()> fn);
   // The process ignores SIGTERM (only SIGKILL ends it).
   void IgnoreSigterm(pid_t pid);
+  // The kernel holds the process (uninterruptible sleep): no signal ends
+  // it, and State says `state` (a fake /proc) until it exits by schedule.
+  void Unkillable(pid_t pid, const std::string& state);
+  // What a test set with Unkillable; else "running" while alive, "gone" after.
+  std::string State(pid_t pid) override;
 
   std::vector<Started> started() const;
   std::vector<std::pair<pid_t, int>> signals_sent() const;
@@ -84,6 +90,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::vector<Started> started_ ABSL_GUARDED_BY(mu_);
   std::set<pid_t> alive_ ABSL_GUARDED_BY(mu_);
   std::set<pid_t> ignore_term_ ABSL_GUARDED_BY(mu_);
+  std::map<pid_t, std::string> unkillable_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<pid_t, int>> signals_ ABSL_GUARDED_BY(mu_);
   int wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> prepared_ ABSL_GUARDED_BY(mu_);
@@ -112,7 +119,9 @@ class FakeRoundMonitor final : public RoundMonitor {
 class FakeRendezvousClient final : public rdzv::RendezvousClient {
  public:
   FakeRendezvousClient(int group_rank = 0, int group_world_size = 1);
-  absl::StatusOr<rdzv::v1::Assignment> Join(const rdzv::v1::JoinRequest& request) override;
+  using rdzv::RendezvousClient::Join;
+  absl::StatusOr<rdzv::v1::Assignment> Join(const rdzv::v1::JoinRequest& request,
+                                            const rdzv::JoinHooks& hooks) override;
   absl::StatusOr<rdzv::v1::RunEvent> KeepAlive(const rdzv::v1::KeepAliveRequest& request) override;
   absl::StatusOr<rdzv::v1::RunEvent> Watch(const std::string& run_id, const std::string& node_id,
                                            int64_t round, int64_t version,
@@ -131,6 +140,10 @@ class FakeRendezvousClient final : public rdzv::RendezvousClient {
 
   // Join answers this error when set.
   absl::Status join_error;
+  // Each Join first tells its hooks that the node is kept out this many
+  // times, with this detail (then completes as usual).
+  int quarantined_answers = 0;
+  std::string quarantine_detail = "host 10.0.0.2 is kept out of the run for 9m59s more: test";
   // Join blocks until Cancel (then answers CANCELLED), as a real Join of a
   // round that cannot complete would.
   bool block_joins = false;

@@ -116,6 +116,10 @@ void MetricsEventLog::Record(absl::string_view event, std::vector<EventField> fi
       ++c.file_timers_expired;
     } else if (event == "health_check_failed") {
       ++c.health_checks_failed;
+    } else if (event == "quarantined") {
+      ++c.quarantined;
+    } else if (event == "worker_unkillable") {
+      ++c.workers_unkillable;
     }
   }
   if (next_ != nullptr) next_->Record(event, std::move(fields));
@@ -160,6 +164,12 @@ void AppendLauncherMetrics(const LauncherCounters& c, const std::vector<RankRepo
       .Add({}, c.file_timers_expired);
   out->Get("cpptorchrun_launcher_health_checks_failed_total", "--health_check runs that failed.", Type::kCounter)
       .Add({}, c.health_checks_failed);
+  out->Get("cpptorchrun_launcher_quarantined_total",
+           "Joins on which the rendezvous kept this node out (quarantined events).", Type::kCounter)
+      .Add({}, c.quarantined);
+  out->Get("cpptorchrun_launcher_workers_unkillable_total",
+           "Workers still alive after SIGKILL that the launcher went on without.", Type::kCounter)
+      .Add({}, c.workers_unkillable);
   out->Get("cpptorchrun_launcher_worker_resumes_total", "Workers that resumed from a checkpoint.",
            Type::kCounter)
       .Add({}, c.resumes);

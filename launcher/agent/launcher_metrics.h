@@ -41,6 +41,7 @@ struct LauncherCounters {
   // Failure intelligence's events: hang_detected, straggler_detected,
   // file_timer_expired, health_check_failed.
   int64_t hangs = 0, stragglers = 0, file_timers_expired = 0, health_checks_failed = 0;
+  int64_t quarantined = 0, workers_unkillable = 0;
 };
 
 // The bounded (kind, value) of an exit status as the event log words it

@@ -57,6 +57,25 @@ TEST(LauncherMetricsTest, EventsAreCountedAndForwarded) {
   EXPECT_FALSE(absl::StrContains(text, "rank=\"0\""));
 }
 
+TEST(LauncherMetricsTest, EachFailureJudgementIsCounted) {
+  MetricsEventLog log(nullptr);
+  for (const char* event : {"hang_detected", "straggler_detected", "straggler_detected", "file_timer_expired",
+                            "health_check_failed", "quarantined", "worker_unkillable", "health_check_passed"}) {
+    log.Record(event, {});
+  }
+  base::prom::Exposition e;
+  AppendLauncherMetrics(log.Counters(), {}, absl::FromUnixSeconds(1), &e);
+  const std::string text = e.Text();
+  for (const char* line : {"cpptorchrun_launcher_hangs_detected_total 1\n",
+                           "cpptorchrun_launcher_stragglers_detected_total 2\n",
+                           "cpptorchrun_launcher_file_timers_expired_total 1\n",
+                           "cpptorchrun_launcher_health_checks_failed_total 1\n",
+                           "cpptorchrun_launcher_quarantined_total 1\n",
+                           "cpptorchrun_launcher_workers_unkillable_total 1\n"}) {
+    EXPECT_TRUE(absl::StrContains(text, line)) << line << text;
+  }
+}
+
 TEST(LauncherMetricsTest, TheWorkersPartOfARestartFollowsAndANewRestartStartsAfresh) {
   MemoryEventLog memory;
   MetricsEventLog log(&memory);

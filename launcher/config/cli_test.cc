@@ -117,6 +117,8 @@ TEST(Cli, RdzvConfQuotedTwiceAsPyTorchsOwnTestPassesItIsWarnedNotRefused) {
   EXPECT_FALSE(ParseCommandLine({"cpptorchrun", "--rdzv_conf=last_call_timeout=1'", "p"}, {}).ok());
   // `timeout` is the etcd backend's join deadline (and only its).
   EXPECT_EQ(MustLaunch({"--rdzv_conf=timeout=7", "p"}).rdzv_conf.at("timeout"), "7");
+  EXPECT_EQ(MustLaunch({"--rdzv_conf=quarantine_after=0,quarantine_window=60", "p"}).rdzv_conf.at("quarantine_after"),
+            "0");
 }
 
 TEST(Cli, TorchrunDefaults) {
@@ -419,6 +421,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--rdzv_conf=join_timeout", "p"}, {}, "--rdzv_conf"},
         BadCase{{"--rdzv_conf=join_timeout=-3", "p"}, {}, "--rdzv_conf join_timeout"},
         BadCase{{"--rdzv_conf=keep_alive_max_attempt=0", "p"}, {}, "keep_alive_max_attempt"},
+        BadCase{{"--rdzv_conf=quarantine_after=-1", "p"}, {}, "quarantine_after: expected an integer >= 0 (0: off)"},
+        BadCase{{"--rdzv_conf=quarantine_cooldown=soon", "p"}, {}, "quarantine_cooldown"},
         BadCase{{"--rdzv_conf=is_host=maybe", "p"}, {}, "is_host"},
         BadCase{{"--max_restarts=-1", "p"}, {}, "--max_restarts"},
         BadCase{{"--max_restarts=two", "p"}, {}, "--max_restarts"},

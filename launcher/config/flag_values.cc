@@ -15,7 +15,8 @@ namespace {
 
 // rdzv_conf keys and what their values must be.
 // kIgnoredByC10dSeconds: seconds that only the etcd backend reads.
-enum class ConfKind { kSeconds, kIgnoredByC10dSeconds, kCount, kBool, kString };
+// kCountOrOff: a count, or 0 to turn the rule off.
+enum class ConfKind { kSeconds, kIgnoredByC10dSeconds, kCount, kCountOrOff, kBool, kString };
 const std::map<std::string, ConfKind>& ConfKeys() {
   static const auto* keys = new std::map<std::string, ConfKind>{
       {"join_timeout", ConfKind::kSeconds},   {"last_call_timeout", ConfKind::kSeconds},
@@ -29,6 +30,9 @@ const std::map<std::string, ConfKind>& ConfKeys() {
       {"key", ConfKind::kString},
       // --rdzv_backend etcd: the run's keys live under this prefix.
       {"prefix", ConfKind::kString},
+      // Keeping a failing host out (rendezvous/rules.h, "Quarantine").
+      {"quarantine_after", ConfKind::kCountOrOff}, {"quarantine_window", ConfKind::kSeconds},
+      {"quarantine_cooldown", ConfKind::kSeconds},
   };
   return *keys;
 }
@@ -158,6 +162,11 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
         break;
       case ConfKind::kCount:
         if (auto n = ParseInt(kv[1], key_what, 1, 1000000, "a positive integer"); !n.ok()) {
+          return n.status();
+        }
+        break;
+      case ConfKind::kCountOrOff:
+        if (auto n = ParseInt(kv[1], key_what, 0, 1000000, "an integer >= 0 (0: off)"); !n.ok()) {
           return n.status();
         }
         break;

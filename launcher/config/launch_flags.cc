@@ -331,7 +331,8 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
                 false, "", ApplyRunId});
   t->push_back({"rdzv_conf", "--rdzv_conf,--rdzv-conf", "PET_RDZV_CONF",
                 "KEY=VALUE,...: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-                "keep_alive_max_attempt, timeout, read_timeout, is_host, use_libuv, token_file",
+                "keep_alive_max_attempt, timeout, read_timeout, is_host, use_libuv, token_file, "
+                "quarantine_after (3; 0: off), quarantine_window (600), quarantine_cooldown (600)",
                 "", false, "", ApplyRdzvConf});
   t->push_back({"standalone", "--standalone", "PET_STANDALONE",
                 "single node: embed the rendezvous on loopback, on a free port", "false", true, "",

@@ -358,14 +358,33 @@ std::string ProcessStateFromStat(const std::string& stat_line) {
   }
 }
 
-std::string ProcessState(pid_t pid) {
+namespace {
+// The first line of a small /proc file, without its newline; "" when it
+// cannot be read.
+std::string FirstLine(const std::string& path) {
   std::string line;
-  if (FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r")) {
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
     char buf[512] = {0};
     if (std::fgets(buf, sizeof(buf), f) != nullptr) line = buf;
     std::fclose(f);
   }
-  return line.empty() ? "gone" : ProcessStateFromStat(line);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
 }
+}  // namespace
+
+std::string ProcessState(pid_t pid, const std::string& proc) {
+  const std::string dir = absl::StrCat(proc, "/", pid);
+  const std::string line = FirstLine(dir + "/stat");
+  if (line.empty()) return "gone";
+  std::string state = ProcessStateFromStat(line);
+  if (state == "uninterruptible sleep (D)") {
+    const std::string wchan = FirstLine(dir + "/wchan");
+    if (!wchan.empty() && wchan != "0") absl::StrAppend(&state, " in ", wchan);
+  }
+  return state;
+}
+
+std::string ProcessLauncher::State(pid_t pid) { return ProcessState(pid); }
 
 }  // namespace cpptorchrun::launcher

@@ -113,6 +113,10 @@ class ProcessLauncher {
   // and its workers said they can wait warm (agent.proto's STARTED): a
   // good time to prepare the next start (warm_pool.h). Default: nothing.
   virtual void PrepareNextStart() {}
+
+  // The scheduling state of a process this launcher started (ProcessState
+  // below; a fake reports what its test sets).
+  virtual std::string State(pid_t pid);
 };
 
 // Blocks SIGCHLD and `signals` in the calling thread. Call it at the start
@@ -135,8 +139,11 @@ absl::StatusOr<std::unique_ptr<ProcessLauncher>> NewRealProcessLauncher(
 // "sleeping", "uninterruptible sleep (D)", "stopped (T)", "traced (t)",
 // "zombie", ... ; "unknown" when the line cannot be read.
 std::string ProcessStateFromStat(const std::string& stat_line);
-// The same for a live pid (/proc/PID/stat); "gone" when it cannot be read.
-std::string ProcessState(pid_t pid);
+// The same for a live pid (`proc`/PID/stat); "gone" when it cannot be read.
+// A process in uninterruptible sleep also says where the kernel holds it
+// (`proc`/PID/wchan, when the kernel shows it): "uninterruptible sleep (D)
+// in nfs_wait_on_request".
+std::string ProcessState(pid_t pid, const std::string& proc = "/proc");
 
 }  // namespace cpptorchrun::launcher
 

@@ -3,9 +3,11 @@
 #include "launcher/workers/process.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -209,6 +211,32 @@ TEST(ProcessState, ReadFromTheStatLine) {
   EXPECT_EQ(ProcessStateFromStat("42 (a) S (b) Z 1 42"), "zombie");
   EXPECT_EQ(ProcessStateFromStat("42 (tr"), "unknown");
   EXPECT_EQ(ProcessStateFromStat(""), "unknown");
+}
+
+// A fake /proc: a worker the kernel holds in uninterruptible sleep says
+// where (wchan); one whose wchan is hidden ("0") or absent says only D.
+TEST(ProcessState, UninterruptibleSleepSaysWhereFromAFakeProc) {
+  const std::string proc = ::testing::TempDir() + "/fake_proc";
+  auto write = [&](const std::string& path, const std::string& text) {
+    mkdir(proc.c_str(), 0755);
+    mkdir(path.substr(0, path.rfind('/')).c_str(), 0755);
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write(proc + "/7/stat", "7 (train) D 1 7 7 0\n");
+  write(proc + "/7/wchan", "nfs_wait_on_request");
+  write(proc + "/8/stat", "8 (train) D 1 8 8 0\n");
+  write(proc + "/8/wchan", "0");
+  write(proc + "/9/stat", "9 (train) D 1 9 9 0\n");
+  write(proc + "/10/stat", "10 (train) S 1 10 10 0\n");
+  write(proc + "/10/wchan", "do_epoll_wait");
+  EXPECT_EQ(ProcessState(7, proc), "uninterruptible sleep (D) in nfs_wait_on_request");
+  EXPECT_EQ(ProcessState(8, proc), "uninterruptible sleep (D)");
+  EXPECT_EQ(ProcessState(9, proc), "uninterruptible sleep (D)");
+  EXPECT_EQ(ProcessState(10, proc), "sleeping");
+  EXPECT_EQ(ProcessState(11, proc), "gone");
 }
 
 TEST(ProcessState, OfALiveAndAStoppedChild) {

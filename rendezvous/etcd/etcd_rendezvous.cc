@@ -69,7 +69,8 @@ class EtcdRendezvousClient final : public RendezvousClient {
   EtcdRendezvousClient(std::shared_ptr<Kv> kv, const EtcdRendezvousOptions& options)
       : kv_(std::move(kv)), options_(options) {}
 
-  absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request) override {
+  using RendezvousClient::Join;
+  absl::StatusOr<v1::Assignment> Join(const v1::JoinRequest& request, const JoinHooks& hooks) override {
     if (absl::Status bad = CheckRequest(request, limits_); !bad.ok()) return bad;
     absl::StatusOr<RoundOptions> options =
         RoundOptionsFromProto(request.options(), options_.max_nodes_per_run);
@@ -112,7 +113,7 @@ class EtcdRendezvousClient final : public RendezvousClient {
           return absl::OkStatus();
         }
         absl::StatusOr<JoinResult> applied =
-            ApplyJoin(now, &*s.state, request.node(), *options, request.last_round());
+            ApplyJoin(now, &*s.state, request.node(), *options, request.last_round(), request.failure());
         if (!applied.ok()) return applied.status();
         result = *std::move(applied);
         return absl::OkStatus();
@@ -129,8 +130,20 @@ class EtcdRendezvousClient final : public RendezvousClient {
             absl::FormatDuration(snap->state->options.join_timeout), ") of node '", me, "' joining"));
       }
       if (result.outcome == JoinResult::Outcome::kComplete) return result.assignment;
-      seated = true;
       const absl::Time now = options_.clock->Now();
+      if (result.outcome == JoinResult::Outcome::kQuarantined) {
+        // Kept out, not waiting in the round: no join_timeout runs.
+        v1::JoinResponse told;
+        FillQuarantined(now, result.quarantine, snap->state->options, &told);
+        if (hooks.on_quarantined) hooks.on_quarantined(told.detail());
+        seated = false;
+        // Until the run changes (it may close) or it is time to ask again.
+        absl::StatusOr<WatchResult> w = kv_->Watch(keys.Live(), true, snap->revision + 1,
+                                                   absl::Milliseconds(told.retry_after_ms()));
+        if (!w.ok() && absl::IsCancelled(w.status())) return w.status();
+        continue;
+      }
+      seated = true;
       if (result.outcome == JoinResult::Outcome::kSpare) {
         if (!spare_since.has_value()) spare_since = now;
         if (now >= *spare_since + options_.max_spare_wait) {

@@ -63,6 +63,15 @@ std::string EncodeRun(const RunState& state) {
   r.set_closed(state.closed);
   r.set_closed_reason(state.closed_reason);
   if (state.closed) r.set_closed_at_us(Micros(state.closed_at));
+  for (const auto& [round, cause] : state.round_failures) {
+    record::StoredRoundFailure* f = r.add_round_failures();
+    f->set_round(round);
+    f->set_failed_at_us(Micros(cause.failed_at));
+    f->set_reported_at_us(Micros(cause.reported_at));
+    f->set_host(cause.host);
+    f->set_node_id(cause.node_id);
+    f->set_reason(cause.reason);
+  }
   std::string out;
   // Deterministic: equal states give equal bytes (no maps in the message).
   r.SerializeToString(&out);
@@ -105,6 +114,11 @@ absl::StatusOr<RunState> DecodeRun(absl::string_view bytes, absl::string_view ke
   s.closed = r.closed();
   s.closed_reason = r.closed_reason();
   if (s.closed) s.closed_at = FromMicros(r.closed_at_us());
+  for (const record::StoredRoundFailure& f : r.round_failures()) {
+    if (s.round_failures.size() >= kFailureHistory) break;
+    s.round_failures[f.round()] = RoundFailure{FromMicros(f.failed_at_us()), FromMicros(f.reported_at_us()),
+                                               f.host(), f.node_id(), f.reason()};
+  }
   Reindex(&s);
   return s;
 }

@@ -46,6 +46,33 @@ TEST(RunRecordTest, AStateRoundTripsWithItsRoundAndParticipants) {
   EXPECT_EQ(EncodeRun(*back), EncodeRun(s));
 }
 
+TEST(RunRecordTest, TheRoundsFailureCausesAndTheQuarantineOptionsRoundTrip) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  RunState s = TwoNodeRound(now);
+  s.options.quarantine_after = 0;  // off must stay off
+  s.options.quarantine_cooldown = absl::Seconds(42);
+  v1::NodeInfo b;
+  b.set_node_id("b");
+  b.set_host("10.0.0.2");
+  v1::NodeFailure f;
+  f.set_round(1);
+  f.set_failed_at_unix_us(absl::ToUnixMicros(now) - 5);
+  f.set_reason("rank 2 failed: SIGSEGV");
+  ASSERT_TRUE(NoteFailure(now, &s, b, f));
+  auto back = DecodeRun(EncodeRun(s), "k");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->round_failures.count(1), 1u);
+  const RoundFailure& cause = back->round_failures.at(1);
+  EXPECT_EQ(cause.host, "10.0.0.2");
+  EXPECT_EQ(cause.node_id, "b");
+  EXPECT_EQ(cause.reason, "rank 2 failed: SIGSEGV");
+  EXPECT_EQ(cause.failed_at, now - absl::Microseconds(5));
+  EXPECT_EQ(cause.reported_at, now);
+  EXPECT_EQ(back->options.quarantine_after, 0);
+  EXPECT_EQ(back->options.quarantine_cooldown, absl::Seconds(42));
+  EXPECT_EQ(EncodeRun(*back), EncodeRun(s));
+}
+
 TEST(RunRecordTest, LivenessDecidesWhoIsDeadAndDoesNotChangeTheBytes) {
   const absl::Time now = absl::FromUnixSeconds(1000);
   RunState s = TwoNodeRound(now);
