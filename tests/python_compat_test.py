@@ -77,6 +77,25 @@ class PythonCompatTest(unittest.TestCase):
         self.assertIn("file timer 'step' of worker local rank 1", r.stderr)
 
 
+    def test_a_stopped_worker_without_heartbeats_is_found_by_default(self):
+        # No --worker_timeout: the launcher's default rule for a script that
+        # sends no heartbeats (stopped at every look for 10 s is a hang).
+        out = jobs.work_dir(self, "cpt-stopped-")
+        logs = os.path.join(out, "logs")
+        r = subprocess.run([harness.binary("launcher/cpptorchrun"), "--nproc_per_node=2", "--max_restarts=1",
+                            "--log_dir", logs, os.path.abspath("tests/scripts/stop_self.py"), out],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHON_EXEC=PY), timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        done = sorted(n for n in os.listdir(out) if n.startswith("done."))
+        self.assertEqual(done, ["done.0.1", "done.1.1"])
+        hang = jobs.named(jobs.events_in(logs), "hang_detected")
+        self.assertEqual(len(hang), 1, hang)
+        self.assertEqual((hang[0]["culprit_ranks"], hang[0]["waiting_ranks"]), ([1], []), hang)
+        self.assertGreaterEqual(hang[0]["waited_s"], 10.0, hang)
+        self.assertIn("rank 1: stopped (T)", hang[0]["process_states"])
+        self.assertIn("its process has been stopped (T) for", r.stderr)
+
+
 # What PyTorch's own test_launch_elastic (test/distributed/launcher/test_run.py)
 # runs: its worker script touches a file named after its global rank.
 TOUCH_RANK = "import os, sys; open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').close()"

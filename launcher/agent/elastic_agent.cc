@@ -284,9 +284,15 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     (culprit ? culprit_ranks : waiting_ranks).push_back(w.rank);
     const std::string state = o_.processes->State(w.pid);
     states.push_back(absl::StrCat("rank ", w.rank, ": ", state));
-    waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.progress.last_progress.value_or(now)));
-    deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
-                                          HangDeadline(v.progress, o_.hang))));
+    if (!v.last_heartbeat.has_value()) {
+      // No heartbeats: stopped (T) for the floor (hang_policy.h).
+      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.stopped_since.value_or(now)));
+      deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.floor));
+    } else {
+      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.progress.last_progress.value_or(now)));
+      deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
+                                            HangDeadline(v.progress, o_.hang))));
+    }
     step = step < 0 ? v.progress.step : std::min(step, v.progress.step);
     FailureRecord f;
     f.rank = w.rank;
@@ -361,18 +367,22 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
     MaybePrepareNextStart();
     const absl::Time now = o_.clock->Now();
     std::vector<WorkerView> views;
-    for (const Worker& w : workers_) {
+    for (Worker& w : workers_) {
       WorkerView v;
       v.exited = w.exited;
       v.status = w.status;
-      if (o_.progress != nullptr && !w.exited) {
-        v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
-        v.progress = o_.progress->Progress(w.local_rank);
-        if (v.last_heartbeat.has_value()) {
-          const std::string state = o_.processes->State(w.pid);
-          v.frozen = absl::StartsWith(state, "stopped") || absl::StartsWith(state, "uninterruptible");
+      if (!w.exited) {
+        const std::string state = o_.processes->State(w.pid);
+        const bool stopped = absl::StartsWith(state, "stopped");
+        if (!stopped) w.stopped_since.reset();
+        else if (!w.stopped_since.has_value()) w.stopped_since = now;
+        v.stopped_since = w.stopped_since;
+        if (o_.progress != nullptr) {
+          v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+          v.progress = o_.progress->Progress(w.local_rank);
+          v.frozen = v.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
+          v.finished = o_.progress->Finished(w.local_rank);
         }
-        v.finished = o_.progress->Finished(w.local_rank);
       }
       views.push_back(v);
     }

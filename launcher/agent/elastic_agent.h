@@ -157,6 +157,7 @@ class ElasticAgent {
     pid_t pid = 0;
     bool exited = false;
     bool stopping = false;  // exits from now on are our doing, not failures
+    std::optional<absl::Time> stopped_since;  // its process stopped (T) at every look since
     ExitStatus status;
     std::string error_file;
     std::optional<FailureRecord> failure;

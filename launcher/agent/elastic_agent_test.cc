@@ -586,6 +586,29 @@ TEST_F(AgentTest, ByDefaultARankWhoseHeartbeatsStopIsTheCulpritAfterTheFloor) {
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
 }
 
+// A worker that sends no heartbeats (a Python script) is SIGSTOPped at 5 s:
+// seen stopped at every look from then, it is hung at 15 s (the floor) and
+// named, with default settings.
+TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
+  o_.hang = HangOptions();
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
+    FakeProcessLauncher* launcher = &p;
+    p.CallAt(s.time + absl::Seconds(5), [launcher, pid = s.pid] { launcher->SetState(pid, "stopped (T)"); });
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(15));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("its process has been stopped (T) for 10s"));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 10.0);
+}
+
 TEST_F(AgentTest, ARankStillHeartbeatingIsWaitingAndGivenTwiceTheDeadline) {
   o_.hang = HangOptions();
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {

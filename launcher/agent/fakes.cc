@@ -95,16 +95,22 @@ void FakeProcessLauncher::IgnoreSigterm(pid_t pid) {
   ignore_term_.insert(pid);
 }
 
+void FakeProcessLauncher::SetState(pid_t pid, const std::string& state) {
+  absl::MutexLock lock(&mu_);
+  states_[pid] = state;
+}
+
 void FakeProcessLauncher::Unkillable(pid_t pid, const std::string& state) {
   absl::MutexLock lock(&mu_);
-  unkillable_[pid] = state;
+  unkillable_.insert(pid);
+  states_[pid] = state;
 }
 
 std::string FakeProcessLauncher::State(pid_t pid) {
   absl::MutexLock lock(&mu_);
   if (alive_.count(pid) == 0) return "gone";
-  auto it = unkillable_.find(pid);
-  return it != unkillable_.end() ? it->second : "running";
+  auto it = states_.find(pid);
+  return it != states_.end() ? it->second : "running";
 }
 
 std::vector<ProcessEvent> FakeProcessLauncher::Wait(absl::Time deadline) {

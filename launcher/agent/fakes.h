@@ -55,10 +55,12 @@ class FakeProcessLauncher final : public ProcessLauncher {
   void CallAt(absl::Time t, std::function<void()> fn);
   // The process ignores SIGTERM (only SIGKILL ends it).
   void IgnoreSigterm(pid_t pid);
+  // State says `state` for the process (a fake /proc) while it lives.
+  void SetState(pid_t pid, const std::string& state);
   // The kernel holds the process (uninterruptible sleep): no signal ends
-  // it, and State says `state` (a fake /proc) until it exits by schedule.
+  // it, and State says `state` until it exits by schedule.
   void Unkillable(pid_t pid, const std::string& state);
-  // What a test set with Unkillable; else "running" while alive, "gone" after.
+  // What a test set; else "running" while alive; "gone" after.
   std::string State(pid_t pid) override;
 
   std::vector<Started> started() const;
@@ -90,7 +92,8 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::vector<Started> started_ ABSL_GUARDED_BY(mu_);
   std::set<pid_t> alive_ ABSL_GUARDED_BY(mu_);
   std::set<pid_t> ignore_term_ ABSL_GUARDED_BY(mu_);
-  std::map<pid_t, std::string> unkillable_ ABSL_GUARDED_BY(mu_);
+  std::set<pid_t> unkillable_ ABSL_GUARDED_BY(mu_);
+  std::map<pid_t, std::string> states_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<pid_t, int>> signals_ ABSL_GUARDED_BY(mu_);
   int wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> prepared_ ABSL_GUARDED_BY(mu_);

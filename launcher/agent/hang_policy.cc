@@ -55,11 +55,15 @@ absl::Duration HangDeadline(const StepProgress& p, const HangOptions& o) {
 }
 
 bool IsCulprit(const RankWatch& r, absl::Time now, const HangOptions& o) {
-  return r.frozen || (r.last_heartbeat.has_value() && now - *r.last_heartbeat > 3 * o.heartbeat_interval);
+  return r.frozen || r.stopped_since.has_value() ||
+         (r.last_heartbeat.has_value() && now - *r.last_heartbeat > 3 * o.heartbeat_interval);
 }
 
 std::optional<absl::Time> HangTime(const RankWatch& r, absl::Time now, const HangOptions& o) {
-  if (!r.last_heartbeat.has_value()) return std::nullopt;
+  if (!r.last_heartbeat.has_value()) {
+    if (r.stopped_since.has_value()) return *r.stopped_since + o.floor;
+    return std::nullopt;
+  }
   if (o.fixed_silence.has_value()) return *r.last_heartbeat + *o.fixed_silence;
   // A worker that heartbeats without a step yet (an event only) counts
   // from its first sign of life.
@@ -74,6 +78,11 @@ bool IsHung(const RankWatch& r, absl::Time now, const HangOptions& o) {
 }
 
 std::string HungMessage(const RankWatch& r, absl::Time now, const HangOptions& o) {
+  if (!r.last_heartbeat.has_value()) {
+    return absl::StrCat("hung: its process has been stopped (T) for ",
+                        absl::FormatDuration(now - r.stopped_since.value_or(now)), " (a worker without heartbeats: ",
+                        absl::FormatDuration(o.floor), " stopped is a hang); killed");
+  }
   if (o.fixed_silence.has_value()) {
     return absl::StrCat("hung: no heartbeat for ", absl::FormatDuration(now - r.last_heartbeat.value_or(now)),
                         " (--worker_timeout ", absl::FormatDuration(*o.fixed_silence), "); killed");

@@ -18,7 +18,10 @@
 // the culprit) acts first and names it.
 // An explicit --worker_timeout replaces the rule by today's: hung after
 // that much silence (no heartbeat), whatever the steps.
-// A worker that never heartbeats (a Python script) is never declared hung.
+// A worker that never heartbeats (a Python script) has no steps to judge:
+// it is hung only when its process has been seen stopped (T) at every look
+// for `floor` (a SIGSTOP, a job-control stop), never for slowness, I/O
+// (D, which may be brief) or a debugger's trace (t).
 #ifndef CPPTORCHRUN_LAUNCHER_AGENT_HANG_POLICY_H_
 #define CPPTORCHRUN_LAUNCHER_AGENT_HANG_POLICY_H_
 
@@ -82,6 +85,9 @@ struct RankWatch {
   StepProgress progress;
   std::optional<absl::Time> last_heartbeat;  // none: never heartbeated
   bool frozen = false;                       // stopped (T) or in uninterruptible sleep (D)
+  // Since when its process has been stopped (T) at every look; none: it
+  // is not stopped now.
+  std::optional<absl::Time> stopped_since;
 };
 
 // Whether the rank is itself stuck at `now` (frozen, or silent for more

@@ -174,11 +174,29 @@ TEST(HangPolicy, TheFirstStepEventStartsTheStepClockWithItsOwnTime) {
   EXPECT_EQ(HangDeadline(p, o), absl::Seconds(10));
 }
 
-TEST(HangPolicy, NoHeartbeatNeverHung) {
+TEST(HangPolicy, NoHeartbeatIsNeverHungForSlownessOnly) {
   HangOptions o;
   StepProgress p;
   EXPECT_FALSE(IsHung(Watch(p, std::nullopt), kT0 + absl::Hours(10), o));
   EXPECT_FALSE(HangTime(Watch(p, std::nullopt), kT0, o).has_value());
+}
+
+// A worker without heartbeats (a Python script) whose process is stopped
+// (SIGSTOP) at every look for the floor is hung, and the culprit.
+TEST(HangPolicy, NoHeartbeatButStoppedForTheFloorIsHung) {
+  HangOptions o;
+  RankWatch r;
+  r.stopped_since = kT0;
+  EXPECT_EQ(HangTime(r, kT0, o), kT0 + absl::Seconds(10));
+  EXPECT_FALSE(IsHung(r, kT0 + absl::Seconds(9.9), o));
+  EXPECT_TRUE(IsHung(r, kT0 + absl::Seconds(10), o));
+  EXPECT_TRUE(IsCulprit(r, kT0 + absl::Seconds(10), o));
+  EXPECT_EQ(HungMessage(r, kT0 + absl::Seconds(10.5), o),
+            "hung: its process has been stopped (T) for 10.5s (a worker without heartbeats: 10s stopped is a "
+            "hang); killed");
+  // --worker_timeout (silence of heartbeats) does not change it.
+  o.fixed_silence = absl::Seconds(60);
+  EXPECT_EQ(HangTime(r, kT0, o), kT0 + absl::Seconds(10));
 }
 
 }  // namespace

@@ -21,9 +21,10 @@ struct WorkerView {
   std::optional<absl::Time> last_heartbeat;  // none: never heartbeated
   StepProgress progress;                     // its steps, as its heartbeats said
   bool frozen = false;                       // stopped (T) or in uninterruptible sleep (D)
+  std::optional<absl::Time> stopped_since;   // stopped (T) at every look since
   bool finished = false;                     // sent FINISHED
 
-  RankWatch watch() const { return {progress, last_heartbeat, frozen}; }
+  RankWatch watch() const { return {progress, last_heartbeat, frozen, stopped_since}; }
 };
 
 enum class GroupOutcome { kRunning, kSucceeded, kFailed };
