@@ -4,7 +4,10 @@
    group restarts and resumes from the checkpoint. With default settings
    (the adaptive deadline) on the second of two hosts, the launcher there
    names it (rank, host, process state) within 15 s, and the first host's
-   launcher, whose workers only wait for it, accuses nobody.
+   launcher, whose workers only wait for it, accuses nobody. A worker whose
+   training thread alone stops (its heartbeats go on) never issues the
+   collective its peer waits in: its flight recorder is behind, and its
+   launcher names it at its deadline.
    A node whose --health_check fails stays out of the job and says why;
    the other trains alone. A node whose workers keep failing is kept out
    (quarantined) by the rendezvous after its third, and listed by status;
@@ -14,10 +17,12 @@
    re-register their round, and a worker failure after that still recovers
    through the new server.
 """
+import ctypes
 import os
 import random
 import signal
 import subprocess
+import time
 import unittest
 
 from tests import harness
@@ -25,6 +30,18 @@ from tests import jobs
 
 TRAIN = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "8",
          "--heartbeat_interval", "0.2", "--progress", "lines"]
+
+
+def interrupt_thread(tid):
+    """Stops one thread (a process's main thread: tid = pid) and no other:
+    ptrace's seize and interrupt, as a debugger does. The thread stays
+    stopped while this process lives, or until its process is killed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    libc.ptrace.restype = ctypes.c_long
+    for request in (0x4206, 0x4207):  # PTRACE_SEIZE, PTRACE_INTERRUPT
+        if libc.ptrace(request, tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), "ptrace(%#x, %d)" % (request, tid))
 
 
 class FaultsTest(unittest.TestCase):
@@ -81,6 +98,36 @@ class FaultsTest(unittest.TestCase):
         self.assertLess(hang["waited_s"], 15.0, hang)
         self.assertEqual(jobs.named(a.events(), "hang_detected"), [], "node A's workers only waited")
         self.assertIn("hung", [e.get("status") for e in b.events() if e["event"] == "worker_failed"])
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def test_a_rank_that_never_issues_the_collective_its_peer_waits_in_is_named(self):
+        # The training thread of node B's worker stops (ptrace's interrupt of
+        # that one thread: as a stuck data loader would stop it) while its
+        # heartbeat thread goes on, so nothing looks frozen or silent. Its
+        # flight recorder is behind node A's worker's, which waits in the
+        # next collective: B's launcher names it at its deadline, A's
+        # launcher, whose worker only waits, accuses nobody.
+        train = ["--epochs", "1", "--limit", "16384", "--checkpoint_every", "8"]
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "2:2", nproc=1,
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf())
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "2:2", nproc=1,
+                      run_id=self.run_id, train_args=train, launcher_args=jobs.fast_rdzv_conf())
+        jobs.wait_checkpoint(self.ckpt)
+        victim = harness.wait_for(b.worker_pids, 30, "node B's worker")[0]
+        interrupt_thread(victim)
+        stopped_at = time.time()
+        self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertEqual(b.wait(600), 0, b.text()[-4000:])
+        hangs = jobs.named(b.events(), "hang_detected")
+        self.assertEqual(len(hangs), 1, b.events())
+        hang = hangs[0]
+        self.assertEqual(hang["culprit_hosts"], [self.cluster.hosts[2].name], hang)
+        self.assertEqual(len(hang["culprit_ranks"]), 1, hang)
+        self.assertGreater(hang["collective_seq"], 0, hang)
+        self.assertIn("traced (t)", hang["process_states"])
+        self.assertLess(hang["time"] - stopped_at, 20.0, "named at its own deadline, before twice that")
+        self.assertIn("never issued collective %d that its peers wait in" % hang["collective_seq"], b.text())
+        self.assertEqual(jobs.named(a.events(), "hang_detected"), [], "node A's worker only waited")
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
 
     def test_a_node_failing_its_health_check_stays_out_and_says_why(self):

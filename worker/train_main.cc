@@ -27,6 +27,7 @@
 #include "rendezvous/store.h"
 #include "worker/comm/backend.h"
 #include "worker/comm/comm.h"
+#include "worker/comm/flight_recorder.h"
 #include "worker/data/data_file.h"
 #include "worker/agent/env.h"
 #include "worker/agent/error_file.h"
@@ -275,6 +276,8 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
 
   std::unique_ptr<AgentClient> agent =
       env->agent_socket.empty() ? NewNullAgentClient() : NewGrpcAgentClient(env->agent_socket);
+  // Declared before the heartbeats, which read it until they stop.
+  FlightRecorder recorder;
   std::optional<HeartbeatReporter> heartbeat;
   if (!env->agent_socket.empty()) {
     heartbeat.emplace(agent.get(), HeartbeatOptionsFor(flags, *env, ::getpid()));
@@ -308,8 +311,17 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
                             FormatStartup(startup)).c_str(), stdout);
     std::fflush(stdout);
   }
+  // Every collective numbered, its numbers in each heartbeat: on a hang the
+  // launchers tell a rank that never issued the collective its peers wait in.
+  std::unique_ptr<Communicator> recorded = NewFlightRecordedCommunicator(comm->get(), &recorder);
+  if (heartbeat.has_value()) {
+    heartbeat->WatchCollectives([&recorder] {
+      const CollectiveProgress p = recorder.Progress();
+      return CollectiveCount{p.issued, p.finished};
+    });
+  }
   TrainDeps deps;
-  deps.comm = comm->get();
+  deps.comm = recorded.get();
   deps.train = &data->train;
   deps.test = &data->test;
   deps.observers = observers.all;

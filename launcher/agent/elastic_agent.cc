@@ -56,6 +56,8 @@ constexpr absl::Duration kMinExitCall = absl::Milliseconds(200);
 // How long a failed group waits to learn from the rendezvous whether its
 // round had ended already (RoundEndedBeforeFailure); no answer: a failure.
 constexpr absl::Duration kRoundCheckBound = absl::Seconds(2);
+// How often a monitor that needs the job's collectives asks the rendezvous.
+constexpr absl::Duration kJobCollectivesEvery = absl::Seconds(1);
 
 }  // namespace
 
@@ -276,7 +278,7 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
   std::vector<int64_t> culprit_ranks, waiting_ranks;
   std::vector<std::string> states;
   double waited_s = 0, deadline_s = 0;
-  int64_t step = -1;
+  int64_t step = -1, collective_seq = 0;
   for (int lr : check.hung) {
     Worker& w = workers_[lr];
     const WorkerView& v = views[lr];
@@ -294,6 +296,7 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
                                             HangDeadline(v.progress, o_.hang))));
     }
     step = step < 0 ? v.progress.step : std::min(step, v.progress.step);
+    collective_seq = std::max(collective_seq, v.job_collective_seq);
     FailureRecord f;
     f.rank = w.rank;
     f.local_rank = lr;
@@ -313,7 +316,8 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
         {{"culprit_ranks", culprit_ranks},
          {"culprit_hosts", culprit_ranks.empty() ? std::vector<std::string>{} : std::vector<std::string>{hostname_}},
          {"waiting_ranks", waiting_ranks}, {"host", hostname_}, {"address", host_}, {"step", step},
-         {"waited_s", waited_s}, {"deadline_s", deadline_s}, {"process_states", absl::StrJoin(states, "; ")}});
+         {"waited_s", waited_s}, {"deadline_s", deadline_s}, {"process_states", absl::StrJoin(states, "; ")},
+         {"collective_seq", collective_seq}});
   for (int lr : check.hung) {
     Worker& w = workers_[lr];
     Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
@@ -382,9 +386,19 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
           v.progress = o_.progress->Progress(w.local_rank);
           v.frozen = v.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
           v.finished = o_.progress->Finished(w.local_rank);
+          v.collective_seq = o_.progress->CollectiveSeq(w.local_rank);
         }
       }
       views.push_back(v);
+    }
+    // A rank past its deadline that still heartbeats: waiting in a
+    // collective, or the one that never issued it? The job's collectives say.
+    const bool need_job = std::any_of(views.begin(), views.end(), [&](const WorkerView& v) {
+      return !v.exited && NeedsJobCollectives(v.watch(), now, o_.hang);
+    });
+    if (need_job) {
+      const int64_t job = JobCollectiveSeq(views, now);
+      for (WorkerView& v : views) v.job_collective_seq = job;
     }
     GroupCheck check = CheckGroup(views, now, o_.hang, o_.monitor_interval);
     if (check.outcome == GroupOutcome::kFailed) {
@@ -630,6 +644,29 @@ bool ElasticAgent::CallWithin(const std::function<void()>& fn, absl::Duration bo
   return false;
 }
 
+int64_t ElasticAgent::JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now) {
+  int64_t job = 0;
+  for (const WorkerView& v : views) job = std::max(job, v.collective_seq);
+  if (group_world_size_ <= 1 || o_.rdzv == nullptr) return job;
+  // The other nodes' ranks, as their keep-alives last told the rendezvous;
+  // asked at most every kJobCollectivesEvery, within kRoundCheckBound.
+  if (!job_collectives_at_.has_value() || now - *job_collectives_at_ >= kJobCollectivesEvery) {
+    job_collectives_at_ = now;
+    auto status = std::make_shared<absl::StatusOr<rdzv::v1::RunStatusResponse>>(absl::UnknownError("no answer"));
+    rdzv::RendezvousClient* client = o_.rdzv;
+    const std::string run_id = o_.run_id;
+    if (CallWithin([status, client, run_id] { *status = client->RunStatus(run_id); }, kRoundCheckBound) &&
+        status->ok()) {
+      int64_t remote = 0;
+      for (const auto& node : (*status)->nodes()) {
+        for (const auto& r : node.progress()) remote = std::max(remote, r.collective_seq());
+      }
+      job_collectives_remote_ = remote;
+    }
+  }
+  return std::max(job, job_collectives_remote_);
+}
+
 std::optional<std::string> ElasticAgent::RoundEndedBeforeFailure() {
   if (o_.round_monitor != nullptr) {
     RoundEnd end = o_.round_monitor->Poll();
@@ -773,6 +810,9 @@ void ElasticAgent::MaybePrepareNextStart() {
 void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   startup_pending_.reset();
   stragglers_reported_.clear();
+  group_world_size_ = a.group_world_size();
+  job_collectives_at_.reset();
+  job_collectives_remote_ = 0;
   next_start_prepared_ = false;
   Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
                          {"group_world_size", int64_t{a.group_world_size()}},

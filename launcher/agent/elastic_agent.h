@@ -290,6 +290,11 @@ class ElasticAgent {
   // the round monitor, or at the rendezvous asked directly); nullopt when it
   // stands, the run closed, or nobody answered within kRoundCheckBound.
   std::optional<std::string> RoundEndedBeforeFailure();
+  // The newest collective any rank of the job issued, as far as known:
+  // this node's ranks (`views`), and with several nodes the others' from
+  // the rendezvous (RunStatus, their keep-alives), asked at most every
+  // second within kRoundCheckBound.
+  int64_t JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now);
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;
@@ -310,6 +315,9 @@ class ElasticAgent {
   std::optional<PendingStartup> startup_pending_;
   bool next_start_prepared_ = false;
   RunState run_;
+  int group_world_size_ = 1;  // nodes in the current round
+  std::optional<absl::Time> job_collectives_at_;  // when the rendezvous was last asked (JobCollectiveSeq)
+  int64_t job_collectives_remote_ = 0;            // what it said
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.
   std::vector<std::thread> unfinished_;
   // When the first stop signal (SIGTERM, SIGINT, ...) was seen; from then

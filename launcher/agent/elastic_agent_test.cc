@@ -609,6 +609,68 @@ TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 10.0);
 }
 
+// Both local ranks heartbeat every second for 60 s; their steps advance 30
+// a beat (33 ms steps) for 20 s, then stop. From then on each one's flight
+// recorder says `seq_after[local_rank]` (before: its step).
+void StallWithCollectives(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board,
+                          std::vector<int64_t> seq_after) {
+  const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+  for (int i = 1; i <= 60; ++i) {
+    p.CallAt(s.time + absl::Seconds(i), [&board, s, i, lr, seq_after] {
+      agent::v1::Heartbeat hb;
+      hb.set_rank(lr);
+      hb.set_local_rank(lr);
+      hb.set_pid(s.pid);
+      hb.set_step(30 * std::min(i, 20));
+      hb.set_total_steps(100000);
+      hb.set_collective_seq(i <= 20 ? 30 * i : seq_after[lr]);
+      board.Heartbeat(hb);
+    });
+  }
+}
+
+// Rank 1 never issued the collective rank 0 waits in (601): named the
+// culprit at its deadline (10 s after the stall), not at twice that.
+TEST_F(AgentTest, ARankThatNeverIssuedTheCollectiveItsPeerWaitsInIsTheCulprit) {
+  o_.hang = HangOptions();
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StallWithCollectives(p, s, board_, {601, 600});
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(30));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("it never issued collective 601 that its peers wait in (its newest: 600)"));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
+  EXPECT_TRUE(std::get<std::vector<int64_t>>(hang.at("waiting_ranks")).empty());
+  EXPECT_EQ(std::get<int64_t>(hang.at("collective_seq")), 601);
+}
+
+// With two nodes the other node's ranks come from the rendezvous (their
+// keep-alives): they are in collective 601, both of this node's ranks are
+// at 600, so both are culprits, at their deadline.
+TEST_F(AgentTest, ThisNodesRanksBehindAnotherNodesCollectiveAreTheCulprits) {
+  o_.hang = HangOptions();
+  FakeRendezvousClient two_nodes(/*group_rank=*/0, /*group_world_size=*/2);
+  rdzv::v1::RunStatusResponse st;
+  st.add_nodes()->add_progress()->set_collective_seq(601);
+  two_nodes.SetRunStatusAnswers({st});
+  o_.rdzv = &two_nodes;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StallWithCollectives(p, s, board_, {600, 600});
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  ASSERT_EQ(r.failures.size(), 2u);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(30));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(std::get<int64_t>(hang.at("collective_seq")), 601);
+  EXPECT_GE(two_nodes.run_status_calls(), 1);
+}
+
 TEST_F(AgentTest, ARankStillHeartbeatingIsWaitingAndGivenTwiceTheDeadline) {
   o_.hang = HangOptions();
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {

@@ -54,8 +54,17 @@ absl::Duration HangDeadline(const StepProgress& p, const HangOptions& o) {
   return std::clamp(adaptive, o.floor, o.ceiling);
 }
 
+bool BehindInCollectives(const RankWatch& r) { return r.job_collective_seq > r.collective_seq; }
+
+bool NeedsJobCollectives(const RankWatch& r, absl::Time now, const HangOptions& o) {
+  if (!r.last_heartbeat.has_value() || o.fixed_silence.has_value()) return false;
+  if (r.frozen || now - *r.last_heartbeat > 3 * o.heartbeat_interval) return false;
+  const absl::Time from = r.progress.last_progress.value_or(*r.last_heartbeat);
+  return now >= from + HangDeadline(r.progress, o);
+}
+
 bool IsCulprit(const RankWatch& r, absl::Time now, const HangOptions& o) {
-  return r.frozen || r.stopped_since.has_value() ||
+  return r.frozen || r.stopped_since.has_value() || BehindInCollectives(r) ||
          (r.last_heartbeat.has_value() && now - *r.last_heartbeat > 3 * o.heartbeat_interval);
 }
 
@@ -99,10 +108,17 @@ std::string HungMessage(const RankWatch& r, absl::Time now, const HangOptions& o
                                 " to ", absl::FormatDuration(o.ceiling))
                  : "before the first step and after the last";
   const bool culprit = IsCulprit(r, now, o);
+  std::string why;
+  if (BehindInCollectives(r)) {
+    why = absl::StrCat("it never issued collective ", r.job_collective_seq, " that its peers wait in (its newest: ",
+                       r.collective_seq, "); ");
+  } else if (culprit) {
+    why = "its heartbeats stopped or it is frozen; ";
+  }
   return absl::StrCat("hung: ", what, " for ", absl::FormatDuration(now - from), " (deadline ",
                       absl::FormatDuration(HangDeadline(p, o)), ": ", rule,
-                      culprit ? "" : absl::StrCat("; x", o.waiting_factor, " while it still heartbeats"),
-                      "); ", culprit ? "its heartbeats stopped or it is frozen; " : "", "killed");
+                      culprit ? "" : absl::StrCat("; x", o.waiting_factor, " while it still heartbeats"), "); ",
+                      why, "killed");
 }
 
 }  // namespace cpptorchrun::launcher

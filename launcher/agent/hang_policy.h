@@ -12,8 +12,9 @@
 //   slows down gradually carries its deadline along: the window holds only
 //   recent steps.
 // A rank that still heartbeats while its step is stuck is most likely
-// waiting in a collective for a peer: it is given `waiting_factor` x its
-// deadline, so that the node of the peer that is itself stuck (its
+// waiting in a collective for a peer, unless its flight recorder shows it
+// never issued the collective the others are in (then it is the culprit):
+// it is given `waiting_factor` x its deadline, so that the node of the peer that is itself stuck (its
 // heartbeats stopped, or its process stopped or in uninterruptible sleep:
 // the culprit) acts first and names it.
 // An explicit --worker_timeout replaces the rule by today's: hung after
@@ -88,7 +89,23 @@ struct RankWatch {
   // Since when its process has been stopped (T) at every look; none: it
   // is not stopped now.
   std::optional<absl::Time> stopped_since;
+  // Its flight recorder's newest collective (agent.proto collective_seq),
+  // and the newest any rank of the job issued, as far as known (0: not
+  // known). Collectives run in the same order on every rank, so a rank
+  // below the job's never issued the collective the others wait in: it is
+  // stuck itself (its data loader, its own code), a culprit.
+  int64_t collective_seq = 0;
+  int64_t job_collective_seq = 0;
 };
+
+// Whether `rank` is behind the job's collectives (see RankWatch).
+bool BehindInCollectives(const RankWatch& rank);
+
+// Whether the rank's verdict now depends on the other ranks' collectives:
+// it heartbeats, is not a culprit by what this node sees, and is past its
+// own deadline (only the collectives can make it a culprit before twice
+// that). The monitor then learns the job's newest collective.
+bool NeedsJobCollectives(const RankWatch& rank, absl::Time now, const HangOptions& options);
 
 // Whether the rank is itself stuck at `now` (frozen, or silent for more
 // than three heartbeat periods), not waiting on a peer.

@@ -199,5 +199,39 @@ TEST(HangPolicy, NoHeartbeatButStoppedForTheFloorIsHung) {
   EXPECT_EQ(HangTime(r, kT0, o), kT0 + absl::Seconds(10));
 }
 
+// Two ranks whose steps stalled at the same moment, both still heartbeating:
+// the one whose flight recorder is behind the job's never issued the
+// collective the other waits in. It is the culprit at its deadline; the
+// other waits twice as long.
+TEST(HangPolicy, ARankBehindTheJobsCollectivesIsTheCulprit) {
+  HangOptions o;
+  StepProgress p;
+  absl::Time now = kT0;
+  Beat(p, &now, absl::Seconds(1), 20, 30, 100000);
+  const absl::Time stalled = now;
+  RankWatch behind = Watch(p, stalled + absl::Seconds(9));
+  behind.collective_seq = 41;
+  behind.job_collective_seq = 42;
+  RankWatch waiting = behind;
+  waiting.collective_seq = 42;
+  EXPECT_FALSE(BehindInCollectives(waiting));
+  EXPECT_TRUE(BehindInCollectives(behind));
+  const absl::Time at = stalled + HangDeadline(p, o);
+  EXPECT_TRUE(IsHung(behind, at, o));
+  EXPECT_FALSE(IsHung(waiting, at, o));
+  EXPECT_TRUE(IsHung(waiting, stalled + 2 * HangDeadline(p, o), o));
+  EXPECT_NE(HungMessage(behind, at, o).find("it never issued collective 42 that its peers wait in (its newest: 41)"),
+            std::string::npos)
+      << HungMessage(behind, at, o);
+  // Whether the job's collectives are needed: only past the deadline, for a
+  // rank that heartbeats and is not a culprit already.
+  RankWatch unknown = waiting;
+  unknown.job_collective_seq = 0;
+  EXPECT_FALSE(NeedsJobCollectives(unknown, at - absl::Milliseconds(1), o));
+  EXPECT_TRUE(NeedsJobCollectives(unknown, at, o));
+  unknown.frozen = true;
+  EXPECT_FALSE(NeedsJobCollectives(unknown, at, o));
+}
+
 }  // namespace
 }  // namespace cpptorchrun::launcher

@@ -223,6 +223,12 @@ StepProgress ProgressBoard::Progress(int local_rank) const {
   return it->second.progress;
 }
 
+int64_t ProgressBoard::CollectiveSeq(int local_rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = reports_.find(local_rank);
+  return it == reports_.end() ? 0 : it->second.heartbeat.collective_seq();
+}
+
 bool ProgressBoard::Finished(int local_rank) const {
   absl::MutexLock lock(&mu_);
   auto it = reports_.find(local_rank);

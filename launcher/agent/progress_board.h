@@ -104,6 +104,8 @@ class ProgressBoard {
   std::optional<int> LocalRankOf(int64_t pid) const;
   // The rank's steps as its heartbeats showed them (empty: none yet).
   StepProgress Progress(int local_rank) const;
+  // Its flight recorder's newest collective, as its last heartbeat said (0: none).
+  int64_t CollectiveSeq(int local_rank) const;
   bool Finished(int local_rank) const;
   // The FAILED event's message of the worker at `local_rank`; empty: none.
   std::string ReportedFailure(int local_rank) const;

@@ -90,6 +90,7 @@ class GrpcRoundMonitor final : public RoundMonitor {
             p->set_total_steps(hb.total_steps());
             p->set_loss(hb.loss());
             p->set_samples_per_s(hb.samples_per_s());
+            p->set_collective_seq(hb.collective_seq());
             p->set_heartbeat_age_ms(r.last_heartbeat ? absl::ToInt64Milliseconds(now - *r.last_heartbeat) : -1);
           }
         }

@@ -184,9 +184,15 @@ bool HeartbeatReporter::stop_requested() const {
   return stop_requested_;
 }
 
+void HeartbeatReporter::WatchCollectives(std::function<CollectiveCount()> collectives) {
+  absl::MutexLock lock(&mu_);
+  collectives_ = std::move(collectives);
+}
+
 void HeartbeatReporter::Loop() {
   while (true) {
     agent_pb::Heartbeat heartbeat;
+    std::function<CollectiveCount()> collectives;
     {
       absl::MutexLock lock(&mu_);
       // Wakes at the interval, or at once when stopping.
@@ -197,6 +203,13 @@ void HeartbeatReporter::Loop() {
       heartbeat.set_compute_s(compute_count_ > 0 ? compute_sum_ / compute_count_ : 0);
       compute_sum_ = 0;
       compute_count_ = 0;
+      collectives = collectives_;
+    }
+    if (collectives) {
+      // Outside mu_: the recorder has its own lock.
+      const CollectiveCount c = collectives();
+      heartbeat.set_collective_seq(c.issued);
+      heartbeat.set_collectives_finished(c.finished);
     }
     absl::StatusOr<agent_pb::HeartbeatAck> ack = client_->SendHeartbeat(heartbeat);
     absl::MutexLock lock(&mu_);

@@ -77,6 +77,12 @@ struct HeartbeatOptions {
 // FAILED (on the calling thread, bounded by the client's timeout). Failures
 // to reach the agent are counted, never fatal. The destructor stops and
 // joins the thread.
+// A flight recorder's newest numbers (worker/comm/flight_recorder.h).
+struct CollectiveCount {
+  int64_t issued = 0;
+  int64_t finished = 0;
+};
+
 class HeartbeatReporter final : public TrainObserver {
  public:
   HeartbeatReporter(AgentClient* client, const HeartbeatOptions& options);
@@ -94,6 +100,9 @@ class HeartbeatReporter final : public TrainObserver {
   // (SIGNAL_CHECKPOINT at `global_step`; `stopping`: the worker ends now).
   void OnSignal(int signo);
   void OnSignalCheckpoint(int64_t global_step, bool stopping);
+  // From now on each heartbeat carries these collective numbers (asked
+  // at each beat, from the reporter's thread).
+  void WatchCollectives(std::function<CollectiveCount()> collectives);
 
   int64_t sent() const;
   int64_t failures() const;
@@ -118,6 +127,7 @@ class HeartbeatReporter final : public TrainObserver {
   // Compute seconds of the batches since the last heartbeat (its compute_s).
   double compute_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t compute_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<CollectiveCount()> collectives_ ABSL_GUARDED_BY(mu_);
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;

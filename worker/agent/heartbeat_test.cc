@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -121,6 +122,32 @@ TEST(Heartbeat, ComputeSecondsAreTheMeanOfTheBatchesSinceTheLastBeat) {
   }
   EXPECT_TRUE(carried);
   EXPECT_EQ(agent.beats.back().compute_s(), 0.0);
+}
+
+TEST(Heartbeat, BeatsCarryTheFlightRecordersNumbersOnceWatched) {
+  FakeAgent agent;
+  HeartbeatOptions options;
+  options.interval = absl::Milliseconds(5);
+  std::atomic<int64_t> issued{0};
+  {
+    HeartbeatReporter reporter(&agent, options);
+    StepReport step;
+    step.global_step = 1;
+    reporter.OnStep(step);
+    ASSERT_TRUE(agent.WaitBeats(1));
+    issued = 7;
+    reporter.WatchCollectives([&issued] { return CollectiveCount{issued.load(), 6}; });
+    size_t sent;
+    {
+      absl::MutexLock lock(&agent.mu);
+      sent = agent.beats.size();
+    }
+    ASSERT_TRUE(agent.WaitBeats(sent + 2));  // one may have been composed before the watch
+  }
+  absl::MutexLock lock(&agent.mu);
+  EXPECT_EQ(agent.beats.front().collective_seq(), 0);
+  EXPECT_EQ(agent.beats.back().collective_seq(), 7);
+  EXPECT_EQ(agent.beats.back().collectives_finished(), 6);
 }
 
 TEST(Heartbeat, FailedCarriesTheErrorAndTheLastStep) {
