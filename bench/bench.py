@@ -22,7 +22,8 @@ import tempfile
 import threading
 import time
 
-from bench import compression_bench, ddp_bench, hierarchical_bench, optimizer_bench, recovery_bench, train_bench
+from bench import (compression_bench, ddp_bench, goodput_bench, hierarchical_bench, optimizer_bench, recovery_bench,
+                   train_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
@@ -227,7 +228,7 @@ SECTIONS = {"launch": section_launch, "rendezvous": section_rendezvous,
             "optimizers": optimizer_bench.section_optimizers,
             "hierarchical": hierarchical_bench.section_hierarchical,
             "compression": compression_bench.section_compression,
-            "rendezvous_backends": section_rendezvous_backends}
+            "rendezvous_backends": section_rendezvous_backends, "goodput": goodput_bench.section_goodput}
 
 
 def register(name, fn):

@@ -56,10 +56,11 @@ class LogWatch:
         self._thread.start()
 
     def _run(self, interval):
-        offsets = {p: 0 for p in self.paths}
-        partial = {p: b"" for p in self.paths}
+        offsets, partial = {}, {}
         while not self._stop.is_set():
-            for p in self.paths:
+            for p in list(self.paths):  # paths may be added while it runs
+                offsets.setdefault(p, 0)
+                partial.setdefault(p, b"")
                 try:
                     with open(p, "rb") as f:
                         f.seek(offsets[p])
