@@ -343,6 +343,7 @@ rdzv::v1::RunOptions RunOptionsFor(const LaunchConfig& c) {
       ConfSeconds(c, "quarantine_window", absl::ToDoubleSeconds(rdzv::kDefaultQuarantineWindow)));
   r.set_quarantine_cooldown_s(
       ConfSeconds(c, "quarantine_cooldown", absl::ToDoubleSeconds(rdzv::kDefaultQuarantineCooldown)));
+  r.set_job_max_restarts(c.job_max_restarts);
   return r;
 }
 

@@ -372,6 +372,35 @@ TEST_P(ClientContractTest, AHostWhoseWorkersKeepFailingIsKeptOutForTheCooldown) 
   EXPECT_NE(told[0].find("host 127.0.0.2 is kept out of the run"), std::string::npos) << told[0];
 }
 
+// job_max_restarts 1: the second round ended by a failure closes the run;
+// the failing node is told why, the other learns the run closed.
+TEST_P(ClientContractTest, TheJobsRestartBudgetClosesTheRunForEveryNode) {
+  auto a = NewNode("node-a", 1, 2);
+  auto b = NewNode("node-b", 1, 2);
+  for (Node* n : {a.get(), b.get()}) n->join.mutable_options()->set_job_max_restarts(1);
+  JoinAll({a.get(), b.get()});
+  auto fail_b = [&] {
+    v1::NodeFailure* f = b->join.mutable_failure();
+    f->set_round(b->assignment.round());
+    f->set_failed_at_unix_us(absl::ToUnixMicros(absl::Now()));
+    f->set_reason("rank 2 failed: exit code 1");
+    a->join.set_last_round(a->assignment.round());
+    b->join.set_last_round(b->assignment.round());
+  };
+  fail_b();
+  JoinAll({a.get(), b.get()});  // one failed round: within the budget
+  fail_b();
+  auto got = b->client->Join(b->join);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(got.status())) << got.status();
+  EXPECT_NE(got.status().message().find("restart budget is spent: worker failures ended 2 rounds (job_max_restarts 1)"),
+            std::string::npos)
+      << got.status();
+  v1::RunEvent ended;
+  ASSERT_TRUE(RoundEnds(*a, absl::Seconds(10), &ended));
+  EXPECT_TRUE(ended.run_closed()) << ended.reason();
+}
+
 TEST_P(ClientContractTest, AnUnknownRunsStatusIsNotFound) {
   auto client = NewClient();
   auto status = client->RunStatus(run_id_ + "-never");

@@ -156,6 +156,11 @@ absl::StatusOr<RoundOptions> RoundOptionsFromProto(const v1::RunOptions& proto,
   if (!cooldown.ok()) return cooldown.status();
   options.quarantine_window = *window;
   options.quarantine_cooldown = *cooldown;
+  if (proto.job_max_restarts() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run option job_max_restarts must be >= 0, got ", proto.job_max_restarts()));
+  }
+  options.job_max_restarts = proto.job_max_restarts();
   return options;
 }
 
@@ -171,6 +176,7 @@ v1::RunOptions RoundOptionsToProto(const RoundOptions& options) {
   proto.set_quarantine_after(options.quarantine_after > 0 ? options.quarantine_after : -1);
   proto.set_quarantine_window_s(absl::ToDoubleSeconds(options.quarantine_window));
   proto.set_quarantine_cooldown_s(absl::ToDoubleSeconds(options.quarantine_cooldown));
+  proto.set_job_max_restarts(options.job_max_restarts);
   return proto;
 }
 
@@ -430,7 +436,10 @@ bool NoteFailure(absl::Time now, RunState* state, const v1::NodeInfo& node,
   auto [it, first] = state->round_failures.try_emplace(failure.round());
   RoundFailure& cause = it->second;
   if (!first && (failed_at >= cause.failed_at || cause.node_id == node.node_id())) return false;
-  if (first) cause.reported_at = now;
+  if (first) {
+    cause.reported_at = now;
+    ++state->failed_rounds;
+  }
   cause.failed_at = failed_at;
   cause.host = node.host();
   cause.node_id = node.node_id();
@@ -440,6 +449,13 @@ bool NoteFailure(absl::Time now, RunState* state, const v1::NodeInfo& node,
   }
   ++state->version;
   return true;
+}
+
+std::optional<std::string> JobRestartsExhausted(const RunState& state) {
+  const int budget = state.options.job_max_restarts;
+  if (budget <= 0 || state.failed_rounds <= budget) return std::nullopt;
+  return absl::StrCat("the job's restart budget is spent: worker failures ended ", state.failed_rounds,
+                      " rounds (job_max_restarts ", budget, ")");
 }
 
 std::optional<Quarantine> QuarantineOf(absl::Time now, const RunState& state, const std::string& host) {
@@ -697,7 +713,14 @@ absl::StatusOr<JoinResult> ApplyJoin(absl::Time now, RunState* state, const v1::
     }
     EndRound(now, state, absl::StrCat("node '", id, "' re-joined"));
   }
-  NoteFailure(now, state, node, failure);
+  if (NoteFailure(now, state, node, failure)) {
+    if (std::optional<std::string> spent = JobRestartsExhausted(*state)) {
+      ApplyClose(now, state, *spent);
+      result.outcome = JoinResult::Outcome::kRunClosed;
+      result.closed_reason = *spent;
+      return result;
+    }
+  }
   if (std::optional<Quarantine> q = QuarantineOf(now, *state, node.host())) {
     // Kept out: neither a joiner nor a spare while the cool-down lasts.
     bool changed = false;

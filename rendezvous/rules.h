@@ -66,6 +66,7 @@ struct RoundOptions {
   int quarantine_after = kDefaultQuarantineAfter;  // 0: off
   absl::Duration quarantine_window = kDefaultQuarantineWindow;
   absl::Duration quarantine_cooldown = kDefaultQuarantineCooldown;
+  int job_max_restarts = 0;  // 0: no job-wide bound
 
   // How long a node may stay silent before it counts as dead.
   absl::Duration KeepAliveDeadline() const { return keep_alive_interval * keep_alive_max_attempt; }
@@ -140,6 +141,8 @@ struct RunState {
 
   // By round: what ended it by failure (at most kFailureHistory rounds).
   std::map<int64_t, RoundFailure> round_failures;
+  // Rounds ended by a worker failure over the run's life (job_max_restarts).
+  int64_t failed_rounds = 0;
 
   // Indexes into `participants` and `joiners` by node id (kept by the
   // transitions below).
@@ -233,6 +236,10 @@ struct Quarantine {
 bool NoteFailure(absl::Time now, RunState* state, const v1::NodeInfo& node,
                  const v1::NodeFailure& failure);
 
+// The reason to close the run when its failed rounds have passed
+// job_max_restarts; nullopt while they have not (or there is no bound).
+std::optional<std::string> JobRestartsExhausted(const RunState& state);
+
 // Whether `host` is kept out at `now`, and until when.
 std::optional<Quarantine> QuarantineOf(absl::Time now, const RunState& state, const std::string& host);
 
@@ -259,7 +266,10 @@ void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
 void Reindex(RunState* state);
 
 struct JoinResult {
-  enum class Outcome { kPending, kSpare, kComplete, kQuarantined } outcome = Outcome::kPending;
+  enum class Outcome { kPending, kSpare, kComplete, kQuarantined, kRunClosed } outcome = Outcome::kPending;
+  // For kRunClosed: this Join's failure spent the job's restart budget and
+  // closed the run (the caller answers FailedPrecondition with it).
+  std::string closed_reason;
   // For kQuarantined: why, and until when (the node is neither a joiner nor
   // a spare meanwhile).
   Quarantine quarantine;
@@ -278,7 +288,8 @@ absl::Status CheckJoin(const RunState& state, const v1::NodeInfo& node, const Ro
 
 // A Join of `node` who last took part in `last_round`, with the failure of
 // its workers that it reports (empty: none; NoteFailure). A node whose host
-// is quarantined is answered kQuarantined and leaves the waiting lists.
+// is quarantined is answered kQuarantined and leaves the waiting lists. A
+// failure past job_max_restarts closes the run (kRunClosed, with why).
 // Errors:
 // FailedPrecondition when the run is closed, the node's nnodes disagree with
 // the run's, or its static rank is taken; InvalidArgument for a static rank

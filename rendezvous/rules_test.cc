@@ -769,6 +769,38 @@ TEST(RoundOptionsFromProto, QuarantineDefaultsAndOffSurviveTheWire) {
   EXPECT_EQ(back->quarantine_after, 0);
   p.set_quarantine_cooldown_s(-5);
   EXPECT_NE(RoundOptionsFromProto(p, 100).status().message().find("quarantine_cooldown_s"), std::string::npos);
+  p.set_quarantine_cooldown_s(0);
+  p.set_job_max_restarts(-1);
+  EXPECT_NE(RoundOptionsFromProto(p, 100).status().message().find("job_max_restarts"), std::string::npos);
+  p.set_job_max_restarts(4);
+  EXPECT_EQ(RoundOptionsFromProto(RoundOptionsToProto(*RoundOptionsFromProto(p, 100)), 100)->job_max_restarts, 4);
+}
+
+TEST(JobMaxRestarts, TheFailureAfterTheBudgetClosesTheRunSayingWhy) {
+  RunState s = ActiveRun(1, 3, {"a", "b"});
+  s.options.job_max_restarts = 2;
+  absl::Time t = kT0;
+  for (int failure = 1; failure <= 2; ++failure) {
+    t += absl::Seconds(30);
+    // b's and a's workers both report the round's failure: one failed round.
+    EXPECT_EQ(JoinAfterFailure(&s, t, "b", t - absl::Seconds(1)).outcome, JoinResult::Outcome::kPending);
+    EXPECT_EQ(JoinAfterFailure(&s, t, "a", t - absl::Milliseconds(500)).outcome, JoinResult::Outcome::kPending);
+    ApplyTick(t + s.options.last_call_timeout, &s);
+    ASSERT_EQ(Ids(s), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(s.failed_rounds, failure);
+    EXPECT_FALSE(JobRestartsExhausted(s).has_value());
+  }
+  t += absl::Seconds(30);
+  JoinResult third = JoinAfterFailure(&s, t, "a", t - absl::Seconds(1));
+  EXPECT_EQ(third.outcome, JoinResult::Outcome::kRunClosed);
+  EXPECT_EQ(third.closed_reason, "the job's restart budget is spent: worker failures ended 3 rounds (job_max_restarts 2)");
+  EXPECT_TRUE(s.closed);
+  EXPECT_EQ(s.closed_reason, third.closed_reason);
+  // Every other node learns it: its keep-alive says the run closed.
+  EXPECT_TRUE(EventFor(s, "b", s.active_round).run_closed());
+  // No bound: never closed for it.
+  s.options.job_max_restarts = 0;
+  EXPECT_FALSE(JobRestartsExhausted(s).has_value());
 }
 
 }  // namespace

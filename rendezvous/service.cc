@@ -641,9 +641,15 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
         ApplyJoin(now, &run->state, request->node(), *round_options, request->last_round(),
                   request->failure());
     Held* held = nullptr;
-    if (result.ok() && newcomer && result->outcome != JoinResult::Outcome::kQuarantined) ++node_joins_;
+    if (result.ok() && newcomer && result->outcome != JoinResult::Outcome::kQuarantined &&
+        result->outcome != JoinResult::Outcome::kRunClosed) {
+      ++node_joins_;
+    }
     if (!result.ok()) {
       // Settled below all the same: a previous Join may have been answered.
+    } else if (result->outcome == JoinResult::Outcome::kRunClosed) {
+      result = absl::FailedPreconditionError(
+          absl::StrCat("run '", request->run_id(), "' closed: ", result->closed_reason));
     } else if (result->outcome == JoinResult::Outcome::kQuarantined) {
       FillQuarantined(now, result->quarantine, run->state.options, response);  // answered at once
     } else if (result->outcome == JoinResult::Outcome::kComplete) {

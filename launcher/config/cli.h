@@ -70,6 +70,9 @@ struct LaunchConfig {
   bool standalone = false;
   int max_restarts = 0;
   int failures_without_progress = 5;
+  // Ours: round ends caused by worker failures the whole run may have (the
+  // rendezvous counts them, every node's together); 0: no bound.
+  int job_max_restarts = 0;
   // launcher/agent/straggler_policy.h.
   double straggler_factor = 1.5;
   int straggler_window = 10;

@@ -47,6 +47,8 @@ TEST(Cli, WorkerTimeoutIsAutoOrSeconds) {
   EXPECT_EQ(MustLaunch({"--worker_timeout=7.5", "p"}).worker_timeout, absl::Seconds(7.5));
   EXPECT_EQ(MustLaunch({"p"}, {{"PET_WORKER_TIMEOUT", "9"}}).worker_timeout, absl::Seconds(9));
   EXPECT_EQ(MustLaunch({"--failures_without_progress=0", "p"}).failures_without_progress, 0);
+  EXPECT_EQ(MustLaunch({"--job_max_restarts=12", "p"}).job_max_restarts, 12);
+  EXPECT_EQ(MustLaunch({"p"}).job_max_restarts, 0);
   LaunchConfig checked = MustLaunch({"--health_check", "test -e /dev/nvidia0", "--health_check_timeout=5", "p"});
   EXPECT_EQ(checked.health_check, "test -e /dev/nvidia0");
   EXPECT_EQ(checked.health_check_timeout, absl::Seconds(5));
@@ -451,6 +453,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{"--worker_timeout=0", "p"}, {}, "--worker_timeout"},
         BadCase{{"--worker_timeout=soon", "p"}, {}, "--worker_timeout"},
         BadCase{{"--failures_without_progress=-1", "p"}, {}, "--failures_without_progress"},
+        BadCase{{"--job_max_restarts=-2", "p"}, {}, "--job_max_restarts"},
         BadCase{{"--straggler_factor=0.5", "p"}, {}, "--straggler_factor"},
         BadCase{{"--straggler_policy=kill", "p"}, {}, "--straggler_policy"},
         BadCase{{"--straggler_window=1", "p"}, {}, "--straggler_window"},

@@ -340,6 +340,11 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
   t->push_back({"max_restarts", "--max_restarts,--max-restarts", "PET_MAX_RESTARTS",
                 "worker-group restarts before failing (default 0)", "0", false, "",
                 IntInto(&LaunchConfig::max_restarts, 0, 1000000, "an integer >= 0")});
+  t->push_back({"job_max_restarts", "--job_max_restarts,--job-max-restarts", "CPPTORCHRUN_JOB_MAX_RESTARTS",
+                "restarts the whole job may spend, every node's worker failures together (the rendezvous "
+                "counts one per failed round and closes the run at one more); --max_restarts still bounds each "
+                "node; 0: no job-wide bound (default 0)",
+                "0", false, "", IntInto(&LaunchConfig::job_max_restarts, 0, 1000000, "an integer >= 0")});
   t->push_back({"failures_without_progress", "--failures_without_progress,--failures-without-progress",
                 "CPPTORCHRUN_FAILURES_WITHOUT_PROGRESS",
                 "worker failures in a row whose workers never passed the furthest step reached before, after "

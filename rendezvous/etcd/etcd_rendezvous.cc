@@ -130,6 +130,10 @@ class EtcdRendezvousClient final : public RendezvousClient {
             absl::FormatDuration(snap->state->options.join_timeout), ") of node '", me, "' joining"));
       }
       if (result.outcome == JoinResult::Outcome::kComplete) return result.assignment;
+      if (result.outcome == JoinResult::Outcome::kRunClosed) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("run '", request.run_id(), "' closed: ", result.closed_reason));
+      }
       const absl::Time now = options_.clock->Now();
       if (result.outcome == JoinResult::Outcome::kQuarantined) {
         // Kept out, not waiting in the round: no join_timeout runs.

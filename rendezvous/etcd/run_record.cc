@@ -63,6 +63,7 @@ std::string EncodeRun(const RunState& state) {
   r.set_closed(state.closed);
   r.set_closed_reason(state.closed_reason);
   if (state.closed) r.set_closed_at_us(Micros(state.closed_at));
+  r.set_failed_rounds(state.failed_rounds);
   for (const auto& [round, cause] : state.round_failures) {
     record::StoredRoundFailure* f = r.add_round_failures();
     f->set_round(round);
@@ -114,6 +115,7 @@ absl::StatusOr<RunState> DecodeRun(absl::string_view bytes, absl::string_view ke
   s.closed = r.closed();
   s.closed_reason = r.closed_reason();
   if (s.closed) s.closed_at = FromMicros(r.closed_at_us());
+  s.failed_rounds = r.failed_rounds();
   for (const record::StoredRoundFailure& f : r.round_failures()) {
     if (s.round_failures.size() >= kFailureHistory) break;
     s.round_failures[f.round()] = RoundFailure{FromMicros(f.failed_at_us()), FromMicros(f.reported_at_us()),

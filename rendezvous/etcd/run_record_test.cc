@@ -59,6 +59,7 @@ TEST(RunRecordTest, TheRoundsFailureCausesAndTheQuarantineOptionsRoundTrip) {
   f.set_failed_at_unix_us(absl::ToUnixMicros(now) - 5);
   f.set_reason("rank 2 failed: SIGSEGV");
   ASSERT_TRUE(NoteFailure(now, &s, b, f));
+  s.options.job_max_restarts = 7;
   auto back = DecodeRun(EncodeRun(s), "k");
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->round_failures.count(1), 1u);
@@ -70,6 +71,8 @@ TEST(RunRecordTest, TheRoundsFailureCausesAndTheQuarantineOptionsRoundTrip) {
   EXPECT_EQ(cause.reported_at, now);
   EXPECT_EQ(back->options.quarantine_after, 0);
   EXPECT_EQ(back->options.quarantine_cooldown, absl::Seconds(42));
+  EXPECT_EQ(back->options.job_max_restarts, 7);
+  EXPECT_EQ(back->failed_rounds, 1);
   EXPECT_EQ(EncodeRun(*back), EncodeRun(s));
 }
 
