@@ -320,7 +320,8 @@ class EtcdKv final : public Kv {
         "Watch", true,
         [&](Member& m, grpc::ClientContext* ctx) {
           ctx->AddMetadata("hasleader", "true");
-          ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+          const absl::Time wait_until = absl::Now() + timeout;
+          ctx->set_deadline(absl::ToChronoTime(wait_until));
           auto stream = m.watch->Watch(ctx);
           if (!stream->Write(req)) return Finish(ctx, stream.get());
           bool created = false;
@@ -356,6 +357,13 @@ class EtcdKv final : public Kv {
           }
           grpc::Status st = stream->Finish();
           if (cancelled_.load()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+          // A wait that ran out while the member was still setting the
+          // watch up may end as etcd's own "context deadline exceeded"
+          // (code UNKNOWN): it is our deadline, handled as one.
+          if (absl::Now() >= wait_until && st.error_code() == grpc::StatusCode::UNKNOWN &&
+              st.error_message() == "context deadline exceeded") {
+            st = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, st.error_message());
+          }
           // The wait ran out after the watch was set up: no changes.
           if (created && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return grpc::Status::OK;
           if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) {
