@@ -124,24 +124,6 @@ class Job:
         self.watch.close()
 
 
-def throttle(pid, seconds):
-    """A CPU quota of one third, by SIGSTOP and SIGCONT, for `seconds`."""
-    until = time.monotonic() + seconds
-    try:
-        while time.monotonic() < until:
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.1)
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(0.05)
-    except ProcessLookupError:
-        pass
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-
-
 def run_once(ctx, res, system, epochs, faults):
     """Wall seconds of one run and whether it was stopped (a fault not
     recovered from); figures of each fault's recovery on the way."""
@@ -168,7 +150,7 @@ def run_once(ctx, res, system, epochs, faults):
                 elif fault == "lost_node":
                     job.lose_b()
                 elif fault == "straggler":
-                    throttle(victims[0], STRAGGLE_S)
+                    harness.throttle(victims[0], STRAGGLE_S)
                     res.add("goodput/%s/straggler/fault_s" % system, time.monotonic() - at, "s")
                     mark = time.monotonic()
                     continue

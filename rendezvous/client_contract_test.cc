@@ -150,6 +150,16 @@ class ClientContractTest : public ::testing::TestWithParam<Backend> {
     return false;
   }
 
+  // `failed`'s workers failed now in its round, for `reason`: its next Join
+  // reports it; both it and `other` re-join having seen their round.
+  static void FailedIn(Node& failed, Node& other, const std::string& reason) {
+    v1::NodeFailure* f = failed.join.mutable_failure();
+    f->set_round(failed.assignment.round());
+    f->set_failed_at_unix_us(absl::ToUnixMicros(absl::Now()));
+    f->set_reason(reason);
+    for (Node* n : {&failed, &other}) n->join.set_last_round(n->assignment.round());
+  }
+
   std::string run_id_;
   std::unique_ptr<RendezvousServer> server_;
   std::shared_ptr<etcd::Kv> memory_kv_;
@@ -332,14 +342,7 @@ TEST_P(ClientContractTest, AHostWhoseWorkersKeepFailingIsKeptOutForTheCooldown) 
     n->join.mutable_options()->set_quarantine_cooldown_s(1.5);
   }
   JoinAll({a.get(), b.get()});
-  auto fail_b = [&] {
-    v1::NodeFailure* f = b->join.mutable_failure();
-    f->set_round(b->assignment.round());
-    f->set_failed_at_unix_us(absl::ToUnixMicros(absl::Now()));
-    f->set_reason("rank 2 failed: signal SIGKILL (9)");
-    a->join.set_last_round(a->assignment.round());
-    b->join.set_last_round(b->assignment.round());
-  };
+  auto fail_b = [&] { FailedIn(*b, *a, "rank 2 failed: signal SIGKILL (9)"); };
   fail_b();
   JoinAll({a.get(), b.get()});
   ASSERT_EQ(a->assignment.group_world_size(), 2);
@@ -379,14 +382,7 @@ TEST_P(ClientContractTest, TheJobsRestartBudgetClosesTheRunForEveryNode) {
   auto b = NewNode("node-b", 1, 2);
   for (Node* n : {a.get(), b.get()}) n->join.mutable_options()->set_job_max_restarts(1);
   JoinAll({a.get(), b.get()});
-  auto fail_b = [&] {
-    v1::NodeFailure* f = b->join.mutable_failure();
-    f->set_round(b->assignment.round());
-    f->set_failed_at_unix_us(absl::ToUnixMicros(absl::Now()));
-    f->set_reason("rank 2 failed: exit code 1");
-    a->join.set_last_round(a->assignment.round());
-    b->join.set_last_round(b->assignment.round());
-  };
+  auto fail_b = [&] { FailedIn(*b, *a, "rank 2 failed: exit code 1"); };
   fail_b();
   JoinAll({a.get(), b.get()});  // one failed round: within the budget
   fail_b();

@@ -58,6 +58,27 @@ def wait_for(condition, timeout, what, interval=0.02):
         time.sleep(interval)
 
 
+def throttle(pid, seconds, stop=lambda: False):
+    """A CPU quota of one third for `pid`, as a cgroup's would throttle it:
+    stopped 100 ms of every 150 ms (SIGSTOP, SIGCONT), for at most
+    `seconds` or until stop(); it is left running. The sleeps are the
+    fault's own timing, not a synchronisation."""
+    until = time.monotonic() + seconds
+    try:
+        while time.monotonic() < until and not stop():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.1)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+    except ProcessLookupError:
+        pass
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def netns_available():
     """(True, '') when network namespaces can be made here, else (False, why)."""
     if os.geteuid() != 0:

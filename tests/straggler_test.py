@@ -4,8 +4,6 @@ launcher with its rank, its host and how much slower it computes, and the
 job goes on; an even job of the same size reports none."""
 import os
 import random
-import signal
-import time
 import unittest
 
 from tests import harness
@@ -36,22 +34,9 @@ class StragglerTest(unittest.TestCase):
         slow = self.node("slow")
         victim = harness.wait_for(slow.worker_pids, 60, "the workers")[1]
         reported = lambda: jobs.named(slow.events_so_far(), "straggler_detected")
-        # The fault: a CPU quota, made of SIGSTOP and SIGCONT (bounded: at
-        # most 120 s, and never past the report or the worker's end).
-        deadline = time.monotonic() + 120
-        try:
-            while not reported() and time.monotonic() < deadline and slow.proc.poll() is None:
-                os.kill(victim, signal.SIGSTOP)
-                time.sleep(0.1)
-                os.kill(victim, signal.SIGCONT)
-                time.sleep(0.05)
-        except ProcessLookupError:
-            pass
-        finally:
-            try:
-                os.kill(victim, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        # The fault: a CPU quota (bounded: at most 120 s, and never past the
+        # report or the worker's end).
+        harness.throttle(victim, 120, stop=lambda: reported() or slow.proc.poll() is not None)
         self.assertEqual(slow.wait(600), 0, slow.text()[-3000:])
         found = jobs.named(slow.events(), "straggler_detected")
         self.assertEqual(len(found), 1, slow.events())

@@ -98,26 +98,7 @@ class EtcdRendezvousClient final : public RendezvousClient {
       }
       JoinResult result;
       bool timed_out = false;
-      absl::StatusOr<Snapshot> snap = Update(keys, [&](absl::Time now, Snapshot& s, const TickResult& tick,
-                                                       std::vector<Op>&) -> absl::Status {
-        if (!s.state.has_value()) {
-          s.state = NewRun(request.run_id(), *options);
-          s.state->version = absl::ToUnixMicros(now);
-        }
-        const bool waiting = s.state->joiner_index.contains(me) || IsSpare(*s.state, me);
-        const bool dropped = seated && !waiting && !s.state->participant_index.contains(me) &&
-                             now >= started + s.state->options.join_timeout;
-        if (std::find(tick.timed_out.begin(), tick.timed_out.end(), me) != tick.timed_out.end() ||
-            dropped) {
-          timed_out = true;
-          return absl::OkStatus();
-        }
-        absl::StatusOr<JoinResult> applied =
-            ApplyJoin(now, &*s.state, request.node(), *options, request.last_round(), request.failure());
-        if (!applied.ok()) return applied.status();
-        result = *std::move(applied);
-        return absl::OkStatus();
-      });
+      absl::StatusOr<Snapshot> snap = JoinSlice(keys, request, *options, started, seated, &result, &timed_out);
       if (!snap.ok()) {
         if (transient(snap.status(), slice)) continue;
         return snap.status();
@@ -170,6 +151,34 @@ class EtcdRendezvousClient final : public RendezvousClient {
     }
     return absl::DeadlineExceededError(absl::StrCat("run '", request.run_id(), "': Join gave up after ",
                                                     kMaxSlices, " waits"));
+  }
+
+  // One slice of a Join: the rules applied to the run's state in one
+  // transaction (a new run when there is none). *timed_out: the node's
+  // join_timeout passed, by the rules' tick or, for a node `seated` before
+  // and now neither waiting nor a participant, since `started`; else
+  // *result is ApplyJoin's.
+  absl::StatusOr<Snapshot> JoinSlice(const RunKeys& keys, const v1::JoinRequest& request, const RoundOptions& options,
+                                     absl::Time started, bool seated, JoinResult* result, bool* timed_out) {
+    const std::string& me = request.node().node_id();
+    return Update(keys, [&](absl::Time now, Snapshot& s, const TickResult& tick, std::vector<Op>&) -> absl::Status {
+      if (!s.state.has_value()) {
+        s.state = NewRun(request.run_id(), options);
+        s.state->version = absl::ToUnixMicros(now);
+      }
+      const bool waiting = s.state->joiner_index.contains(me) || IsSpare(*s.state, me);
+      const bool dropped = seated && !waiting && !s.state->participant_index.contains(me) &&
+                           now >= started + s.state->options.join_timeout;
+      if (std::find(tick.timed_out.begin(), tick.timed_out.end(), me) != tick.timed_out.end() || dropped) {
+        *timed_out = true;
+        return absl::OkStatus();
+      }
+      absl::StatusOr<JoinResult> applied =
+          ApplyJoin(now, &*s.state, request.node(), options, request.last_round(), request.failure());
+      if (!applied.ok()) return applied.status();
+      *result = *std::move(applied);
+      return absl::OkStatus();
+    });
   }
 
   absl::StatusOr<v1::RunEvent> KeepAlive(const v1::KeepAliveRequest& request) override {
