@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "rendezvous/store.h"
 #include "worker/comm/comm.h"
@@ -24,6 +25,7 @@ namespace cpptorchrun::worker {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 enum class Backend { kGloo, kFakeGpu, kShm, kHierarchical };
 
@@ -164,6 +166,49 @@ TEST_P(CommTest, AbortFailsLaterCollectives) {
     absl::Status after = comm.AllReduce(v.data(), 1, DType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(after.code(), absl::StatusCode::kAborted);
     EXPECT_THAT(after.message(), HasSubstr("test abort"));
+  });
+}
+
+// In-place recovery aborts a communicator whose collective is on the wire,
+// waiting for a peer that will never send: the wait must end at once (not
+// at the collective's timeout), on the rank that aborts and on its peers.
+TEST_P(CommTest, APeersAbortEndsACollectiveOnTheWire) {
+  absl::Notification issued;
+  RunRanks(GetParam(), 2, [&](int rank, Communicator& comm) {
+    std::vector<float> v = {1.0f};
+    if (rank == 0) {
+      std::shared_ptr<Work> work = comm.AllReduceAsync(v.data(), 1, DType::kFloat32, ReduceOp::kSum);
+      issued.Notify();
+      absl::Status status = work->Wait();
+      EXPECT_FALSE(status.ok());
+      EXPECT_THAT(status.message(), Not(HasSubstr("imed out")));
+      EXPECT_NE(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    } else {
+      issued.WaitForNotification();
+      comm.Abort("the round is changing");
+    }
+  });
+}
+
+// Every rank of the round is told to abort, the one waiting on the wire
+// first: its wait ends too (Gloo: when the peer closes its connections).
+TEST_P(CommTest, AnAbortOfEveryRankEndsACollectiveOnTheWire) {
+  absl::Notification aborted;
+  RunRanks(GetParam(), 2, [&](int rank, Communicator& comm) {
+    std::vector<float> v = {1.0f};
+    if (rank == 0) {
+      std::shared_ptr<Work> work = comm.AllReduceAsync(v.data(), 1, DType::kFloat32, ReduceOp::kSum);
+      comm.Abort("the round is changing");
+      aborted.Notify();
+      absl::Status status = work->Wait();
+      EXPECT_FALSE(status.ok());
+      EXPECT_THAT(status.message(), Not(HasSubstr("imed out")));
+      EXPECT_NE(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    } else {
+      // Never issues it.
+      aborted.WaitForNotification();
+      comm.Abort("the round is changing");
+    }
   });
 }
 

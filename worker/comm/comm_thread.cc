@@ -69,10 +69,27 @@ std::shared_ptr<Work> CommThread::Submit(std::function<absl::Status()> op) {
 }
 
 void CommThread::Abort(const std::string& reason) {
+  std::function<void()> after;
+  {
+    absl::MutexLock lock(&mu_);
+    abort_reason_ = reason.empty() ? "communicator aborted" : reason;
+    for (auto& task : queue_) task->Finish(absl::AbortedError(abort_reason_));
+    queue_.clear();
+    if (!running_) after = TakeAfterAbort();
+  }
+  if (after) after();
+}
+
+void CommThread::SetAfterAbort(std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
-  abort_reason_ = reason.empty() ? "communicator aborted" : reason;
-  for (auto& task : queue_) task->Finish(absl::AbortedError(abort_reason_));
-  queue_.clear();
+  after_abort_ = std::move(fn);
+}
+
+std::function<void()> CommThread::TakeAfterAbort() {
+  if (abort_reason_.empty()) return nullptr;
+  std::function<void()> fn = std::move(after_abort_);
+  after_abort_ = nullptr;
+  return fn;
 }
 
 void CommThread::Loop() {
@@ -87,8 +104,16 @@ void CommThread::Loop() {
       if (queue_.empty()) return;  // stopping
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
     task->Run();
+    std::function<void()> after;
+    {
+      absl::MutexLock lock(&mu_);
+      running_ = false;
+      after = TakeAfterAbort();
+    }
+    if (after) after();
   }
 }
 

@@ -29,7 +29,12 @@ class CommThread {
   std::shared_ptr<Work> Submit(std::function<absl::Status()> op);
 
   // Fails everything queued and everything submitted later with Aborted.
+  // A task running then finishes on its own; no other runs after it.
   void Abort(const std::string& reason);
+  // Called once after an Abort, when no task runs any more: at once on the
+  // aborting thread when idle, else on the comm thread when the running
+  // task ends. Set it before the first Submit.
+  void SetAfterAbort(std::function<void()> fn);
 
  private:
   class Task;
@@ -38,6 +43,10 @@ class CommThread {
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // a task is running
+  std::function<void()> after_abort_ ABSL_GUARDED_BY(mu_);
+  // The after-abort call, taken by whoever makes it (once); null otherwise.
+  std::function<void()> TakeAfterAbort() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -75,7 +75,9 @@ class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, absl::Duration timeout)
       : context_(std::move(context)),
-        timeout_(absl::ToInt64Milliseconds(timeout)) {}
+        timeout_(absl::ToInt64Milliseconds(timeout)) {
+    thread_->SetAfterAbort([this] { CloseConnections(); });
+  }
 
   ~GlooCommunicator() override { thread_.reset(); }
 
@@ -149,6 +151,13 @@ class GlooCommunicator final : public Communicator {
         ->Wait();
   }
 
+  // Closing the connections makes a peer's collective on the wire fail at
+  // once (its event loop reads the end of the stream) instead of at its
+  // timeout. A rank closes them only while no collective of its own runs:
+  // closing takes its sockets off Gloo's event loop, so its own wait would
+  // then last until the timeout. A collective running at the abort is
+  // waiting for a peer, which is dead (the kernel ended its streams) or is
+  // aborted too and closes; the connections close when it ends.
   void Abort(const std::string& reason) override { thread_->Abort(reason); }
 
  private:
@@ -162,8 +171,18 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  void CloseConnections() {
+    if (closed_.exchange(true)) return;
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // Already broken: nothing left to end.
+    }
+  }
+
   std::shared_ptr<gloo::Context> context_;
   const std::chrono::milliseconds timeout_;
+  std::atomic<bool> closed_{false};
   // Touched only on the comm thread, so every rank numbers its collectives
   // in issue order.
   uint32_t next_tag_ = 0;
