@@ -401,6 +401,7 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
   o.stragglers.factor = c.straggler_factor;
   o.stragglers.window = static_cast<size_t>(c.straggler_window);
   ParseStragglerPolicy(c.straggler_policy, &o.straggler_policy);
+  o.in_place = c.recovery == "in_place";
   o.health_check.command = c.health_check;
   o.health_check.timeout = c.health_check_timeout;
   o.health_check.give_up_after = c.health_check_give_up;
@@ -619,8 +620,9 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   MetricsEventLog metric_events(events.get());
   EventLog* event_sink = c.metrics_port >= 0 ? &metric_events : events.get();
   ProgressBoard board(base::RealClock(), event_sink);
+  RoundNotices notices;
   std::unique_ptr<AgentService> agent_service;
-  if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board); svc.ok()) {
+  if (auto svc = AgentService::Start((*run_dir)->socket_path(), &board, &notices); svc.ok()) {
     agent_service = std::move(*svc);
   } else {
     spdlog::warn("agent service unavailable ({}): heartbeats are not watched", svc.status().ToString());
@@ -654,6 +656,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   o.rdzv = rdzv->client.get();
   o.ports = ports.get();
   o.progress = &board;
+  o.notices = agent_service ? &notices : nullptr;
   o.round_monitor = monitor.get();
   o.print_summary = [](const std::string& s) { WriteConsole(2, s); };
   o.events = event_sink;

@@ -32,6 +32,7 @@
 #include "worker/agent/env.h"
 #include "worker/agent/error_file.h"
 #include "worker/agent/heartbeat.h"
+#include "worker/agent/round_watch.h"
 #include "worker/agent/signals.h"
 #include "base/signals.h"
 #include "worker/data/idx.h"
@@ -129,6 +130,37 @@ absl::StatusOr<std::unique_ptr<Communicator>> OpenCommunicator(const Flags& flag
   return MakeCommunicator(setup);
 }
 
+// In-place recovery (docs/DESIGN.md): how long a worker whose communicator
+// failed waits for its launcher's next round before it fails as before.
+constexpr absl::Duration kNextRoundWait = absl::Seconds(60);
+
+// What this worker holds of one round: its rendezvous client and store, its
+// communicator and the flight-recorded wrapper training uses.
+struct RoundComm {
+  std::unique_ptr<rdzv::RendezvousClient> client;
+  std::unique_ptr<rdzv::Store> store;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Communicator> recorded;
+};
+
+// The communicator in use, for the round watcher's thread: when the
+// launcher says the round is changing, its collective in flight is aborted.
+class CurrentComm {
+ public:
+  void Set(Communicator* comm) {
+    absl::MutexLock lock(&mu_);
+    comm_ = comm;
+  }
+  void Abort(const std::string& reason) {
+    absl::MutexLock lock(&mu_);
+    if (comm_ != nullptr) comm_->Abort(absl::StrCat("the round is changing: ", reason));
+  }
+
+ private:
+  absl::Mutex mu_;
+  Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 // The training and test splits.
 struct Data {
   Dataset train;
@@ -190,7 +222,7 @@ absl::Status AddObservers(const Flags& flags, const WorkerEnv& env, HeartbeatRep
 // Trains with everything opened, and turns the result into the exit code:
 // the metrics file on success, the stop on the launcher's request, or the
 // failure reported.
-int TrainAndEnd(const Flags& flags, const WorkerEnv& env, const TrainConfig& config,
+int TrainAndEnd(const Flags& flags, WorkerEnv& env, const TrainConfig& config,
                 TrainDeps& deps, std::optional<HeartbeatReporter>& heartbeat,
                 Reporting& reporting, Signals& signals) {
   if (heartbeat.has_value()) {
@@ -290,13 +322,18 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
 
   const double comm_at = MonotonicSeconds();
   startup.data = comm_at - data_at;
-  std::unique_ptr<rdzv::RendezvousClient> client;
-  absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &client);
+  // Each round's communicator; the first is this one. Older ones are kept
+  // until the end (a collective of theirs still on the wire ends at its
+  // timeout, not while training uses the new one).
+  std::vector<RoundComm> rounds(1);
+  absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &rounds[0].client);
   if (!store.ok()) return Fail(reporting, "RendezvousError", store.status(), "");
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, store->get());
+  rounds[0].store = *std::move(store);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, rounds[0].store.get());
   if (!comm.ok()) {
     return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(*kind)));
   }
+  rounds[0].comm = *std::move(comm);
   startup.communicator = MonotonicSeconds() - comm_at;
   if (heartbeat.has_value()) heartbeat->OnCommunicatorReady();
   if (startup.before_main >= 0) startup.total = startup.before_main + MonotonicSeconds() - main_at;
@@ -307,21 +344,81 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
     return Fail(reporting, "InvalidArgument", added, "flags");
   }
   if (env->rank == 0) {
-    std::fputs(OpeningLines(*env, (*comm)->backend(), data->train.size(), *config,
+    std::fputs(OpeningLines(*env, rounds[0].comm->backend(), data->train.size(), *config,
                             FormatStartup(startup)).c_str(), stdout);
     std::fflush(stdout);
   }
   // Every collective numbered, its numbers in each heartbeat: on a hang the
   // launchers tell a rank that never issued the collective its peers wait in.
-  std::unique_ptr<Communicator> recorded = NewFlightRecordedCommunicator(comm->get(), &recorder);
+  rounds[0].recorded = NewFlightRecordedCommunicator(rounds[0].comm.get(), &recorder);
   if (heartbeat.has_value()) {
     heartbeat->WatchCollectives([&recorder] {
       const CollectiveProgress p = recorder.Progress();
       return CollectiveCount{p.issued, p.finished};
     });
   }
+  CurrentComm current;
+  current.Set(rounds[0].comm.get());
+  // The launcher's word on this worker's round (in-place recovery): a
+  // change aborts the collective in flight at once. Declared after what
+  // its thread touches, so it is joined first.
+  std::optional<RoundWatcher> watcher;
+  if (heartbeat.has_value()) {
+    RoundWatchOptions wo;
+    wo.local_rank = env->local_rank;
+    wo.pid = ::getpid();
+    watcher.emplace(agent.get(), wo, [&current](const std::string& reason) { current.Abort(reason); });
+  }
   TrainDeps deps;
-  deps.comm = recorded.get();
+  deps.comm = rounds[0].recorded.get();
+  deps.recover = [&](const absl::Status& failure) -> absl::StatusOr<Communicator*> {
+    if (!watcher.has_value()) return absl::UnavailableError("no launcher to assign a next round");
+    std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env->rank,
+                 std::string(failure.message()).c_str());
+    heartbeat->OnRecovering(std::string(failure.message()));
+    absl::StatusOr<std::map<std::string, std::string>> assigned =
+        watcher->AwaitAssignment(env->rdzv_round, kNextRoundWait);
+    if (!assigned.ok()) return assigned.status();
+    absl::StatusOr<WorkerEnv> next = ParseWorkerEnv([&assigned](const char* name) -> const char* {
+      auto it = assigned->find(name);
+      return it == assigned->end() ? nullptr : it->second.c_str();
+    });
+    if (!next.ok()) return next.status();
+    absl::StatusOr<BackendKind> next_kind =
+        ChooseBackend(flags.backend, next->fake_gpu.has_value(), NcclBuilt(),
+                      flags.backend == "gloo" ? 0 : CudaDeviceCount(), next->world_size,
+                      next->local_world_size, next->group_world_size);
+    if (!next_kind.ok()) return next_kind.status();
+    RoundComm round;
+    absl::StatusOr<std::unique_ptr<rdzv::Store>> next_store = OpenStore(*next, &round.client);
+    if (!next_store.ok()) return next_store.status();
+    round.store = *std::move(next_store);
+    absl::StatusOr<std::unique_ptr<Communicator>> next_comm =
+        OpenCommunicator(flags, *next, *next_kind, round.store.get());
+    if (!next_comm.ok()) return next_comm.status();
+    round.comm = *std::move(next_comm);
+    recorder.Reset();
+    round.recorded = NewFlightRecordedCommunicator(round.comm.get(), &recorder);
+    current.Set(round.comm.get());
+    *env = *std::move(next);
+    reporting.rank = env->rank;
+    heartbeat->OnRejoined(env->rank);
+    heartbeat->OnCommunicatorReady();
+    if (observers.sample_log != nullptr) {
+      if (absl::Status s = observers.sample_log->NextRound(env->rdzv_round, env->rank, env->world_size); !s.ok()) {
+        return s;
+      }
+    }
+    std::fprintf(stderr, "train[rank %d]: round %lld: rank %d of %d, backend %s\n", env->rank,
+                 static_cast<long long>(env->rdzv_round), env->rank, env->world_size, round.comm->backend().c_str());
+    rounds.push_back(std::move(round));
+    return rounds.back().recorded.get();
+  };
+  deps.on_state_received = [&](int64_t step, const std::string& from) {
+    if (observers.sample_log != nullptr) observers.sample_log->OnResumed(step);
+    if (heartbeat.has_value()) heartbeat->OnRecovered(step, from);
+    if (env->rank == 0) std::fprintf(stderr, "train[rank 0]: state of step %lld from %s\n", static_cast<long long>(step), from.c_str());
+  };
   deps.train = &data->train;
   deps.test = &data->test;
   deps.observers = observers.all;

@@ -41,6 +41,8 @@ HeartbeatOptions HeartbeatOptionsFor(const Flags& flags, const WorkerEnv& env, i
   options.pid = pid;
   // train starts as a warm spare when the launcher asks (train_main.cc).
   options.can_wait_warm = true;
+  // and stays through a round change when the launcher recovers in place.
+  options.can_recover_in_place = true;
   return options;
 }
 

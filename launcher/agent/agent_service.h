@@ -3,7 +3,8 @@
 // heartbeats (rank, epoch, step, loss, samples/s) and events (started,
 // resumed at step S, finished, failed). Reports land on the ProgressBoard,
 // which the elastic agent reads to find hung workers and the round monitor
-// carries to the rendezvous.
+// carries to the rendezvous. Workers that recover in place long-poll their
+// round notices (AwaitRound) here too.
 #ifndef CPPTORCHRUN_LAUNCHER_AGENT_SERVICE_H_
 #define CPPTORCHRUN_LAUNCHER_AGENT_SERVICE_H_
 
@@ -14,16 +15,19 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "launcher/agent/progress_board.h"
+#include "launcher/agent/round_notices.h"
 
 namespace cpptorchrun::launcher {
 
 class AgentService {
  public:
   // Listens on unix:`socket_path` (the folder must exist and be private).
-  // `board` is not owned and must outlive the service. Errors: the socket
-  // cannot be bound.
+  // `board` and `notices` are not owned and must outlive the service;
+  // without notices AwaitRound is UNIMPLEMENTED. Errors: the socket cannot
+  // be bound.
   static absl::StatusOr<std::unique_ptr<AgentService>> Start(const std::string& socket_path,
-                                                             ProgressBoard* board);
+                                                             ProgressBoard* board,
+                                                             RoundNotices* notices = nullptr);
   ~AgentService();
 
   // Stops serving (bounded wait for calls in flight). Idempotent.

@@ -199,41 +199,146 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
   return o_.processes->Start(spec);
 }
 
+ElasticAgent::Worker ElasticAgent::StartLocalRank(const rdzv::v1::Assignment& a, int restart_count,
+                                                  const std::string& attempt_dir, int lr) {
+  Worker w;
+  w.local_rank = lr;
+  w.rank = a.rank_offset() + lr;
+  absl::StatusOr<pid_t> pid = StartWorker(a, restart_count, attempt_dir, &w);
+  if (!pid.ok()) {
+    // A worker that cannot start is a failed worker (exit 127, as a shell
+    // reports a program it cannot run).
+    spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
+    w.exited = true;
+    w.status = ExitStatus::Exited(127);
+    FailureRecord f;
+    f.rank = w.rank;
+    f.local_rank = lr;
+    f.host = host_;
+    f.status = w.status;
+    f.time = o_.clock->Now();
+    f.message = std::string(pid.status().message());
+    f.sequence = exit_sequence_++;
+    w.failure = f;
+  } else {
+    w.pid = *pid;
+  }
+  if (o_.progress != nullptr) o_.progress->SetWorker(lr, w.pid);
+  return w;
+}
+
 void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
   workers_.clear();
+  if (o_.notices != nullptr) o_.notices->Reset();
   const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
   // Each worker's slot is filled as it starts: a warm one may report before
   // the next has started.
   if (o_.progress != nullptr) o_.progress->Begin(o_.local_world_size);
-  std::vector<int64_t> pids;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) workers_.push_back(StartLocalRank(a, restart_count, attempt_dir, lr));
+  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt, restart_count);
+}
+
+std::optional<std::string> ElasticAgent::WhyNotInPlace() const {
+  if (!o_.in_place) return std::string("--recovery gang");
+  if (o_.notices == nullptr || o_.progress == nullptr) return std::string("no agent socket");
+  int survivors = 0;
+  for (const Worker& w : workers_) {
+    if (!o_.progress->CanRecoverInPlace(w.local_rank)) {
+      return absl::StrCat("local rank ", w.local_rank, " did not declare in-place recovery");
+    }
+    if (!w.exited && !w.failure.has_value() && !w.stopping) ++survivors;
+  }
+  if (survivors == 0) return std::string("no worker of this node survived");
+  return std::nullopt;
+}
+
+bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why) {
+  if (std::optional<std::string> no = WhyNotInPlace(); no.has_value()) {
+    *why = *no;
+    return false;
+  }
+  // The lost ones (failed, hung, replaced) are gone before their local
+  // ranks start again.
+  auto lost_alive = [this] {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [](const Worker& w) { return !w.exited && (w.failure.has_value() || w.stopping); });
+  };
+  for (Worker& w : workers_) {
+    if (w.exited || !(w.failure.has_value() || w.stopping)) continue;
+    w.stopping = true;
+    o_.processes->SignalGroup(w.pid, SIGKILL);
+  }
+  const absl::Time deadline = o_.clock->Now() + kKillWait;
+  while (lost_alive() && o_.clock->Now() < deadline) {
+    for (const ProcessEvent& e : o_.processes->Wait(deadline)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+    }
+  }
+  for (Worker& w : workers_) {
+    if (w.exited || !(w.failure.has_value() || w.stopping)) continue;
+    const std::string state = o_.processes->State(w.pid);
+    spdlog::error("worker rank {} (local rank {}, pid {}) is still alive {} after SIGKILL, {}: going on without it",
+                  w.rank, w.local_rank, w.pid, absl::FormatDuration(kKillWait), state);
+    Event("worker_unkillable", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
+                                {"pid", int64_t{w.pid}}, {"state", state},
+                                {"waited_s", absl::ToDoubleSeconds(kKillWait)}});
+    w.exited = true;
+  }
+  std::vector<int64_t> ranks;
+  for (Worker& w : workers_) {
+    if (w.exited || w.failure.has_value() || w.stopping) continue;
+    w.held = true;
+    o_.notices->Set(w.local_rank, w.pid, RoundNotices::Update::CHANGING, reason);
+    ranks.push_back(w.rank);
+  }
+  if (ranks.empty()) {
+    *why = "no worker of this node survived";
+    return false;
+  }
+  spdlog::info("in-place recovery: ranks {} keep running ({})", absl::StrJoin(ranks, ","), reason);
+  Event("survivors_held", {{"ranks", ranks}, {"reason", reason}});
+  return true;
+}
+
+bool ElasticAgent::AnyHeld() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.held && !w.exited; });
+}
+
+void ElasticAgent::StopHeld(int signo, StopKind kind) {
+  for (Worker& w : workers_) w.held = false;
+  if (o_.notices != nullptr) o_.notices->StopAll("the launcher stops the workers");
+  StopWorkers(signo, kind);
+}
+
+void ElasticAgent::ResumeRound(const rdzv::v1::Assignment& a, int restart_count, int attempt) {
+  const std::string attempt_dir = absl::StrCat(o_.log_root, "/attempt_", attempt);
+  std::map<int, int64_t> kept;
+  for (const Worker& w : workers_) {
+    if (w.held && !w.exited) kept[w.local_rank] = w.pid;
+  }
+  if (o_.progress != nullptr) o_.progress->Begin(o_.local_world_size, kept);
+  std::vector<Worker> next;
   for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    auto it = kept.find(lr);
+    if (it == kept.end()) {
+      next.push_back(StartLocalRank(a, restart_count, attempt_dir, lr));
+      continue;
+    }
     Worker w;
     w.local_rank = lr;
     w.rank = a.rank_offset() + lr;
-    absl::StatusOr<pid_t> pid = StartWorker(a, restart_count, attempt_dir, &w);
-    if (!pid.ok()) {
-      // A worker that cannot start is a failed worker (exit 127, as a shell
-      // reports a program it cannot run).
-      spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
-      w.exited = true;
-      w.status = ExitStatus::Exited(127);
-      FailureRecord f;
-      f.rank = w.rank;
-      f.local_rank = lr;
-      f.host = host_;
-      f.status = w.status;
-      f.time = o_.clock->Now();
-      f.message = std::string(pid.status().message());
-      f.sequence = exit_sequence_++;
-      w.failure = f;
-    } else {
-      w.pid = *pid;
-    }
+    w.pid = static_cast<pid_t>(it->second);
+    w.error_file = workers_[lr].error_file;
+    // Its whole environment in the new round, as a new worker would get it
+    // (one rule: BuildWorkerEnv); its error file stays where it is.
+    o_.notices->Set(lr, w.pid, RoundNotices::Update::ASSIGNED, absl::StrCat("round ", a.round()),
+                    BuildWorkerEnv(EnvInputs(a, lr, restart_count, w.error_file)));
     if (o_.progress != nullptr) o_.progress->SetWorker(lr, w.pid);
-    pids.push_back(w.pid);
-    workers_.push_back(std::move(w));
+    next.push_back(std::move(w));
   }
-  spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt, restart_count);
+  workers_ = std::move(next);
+  spdlog::debug("round {}: {} workers kept, {} started (attempt {})", a.round(), kept.size(),
+                o_.local_world_size - static_cast<int>(kept.size()), attempt);
 }
 
 bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
@@ -545,6 +650,8 @@ ElasticAgent::WaitEnd ElasticAgent::Interruptible(const std::function<void()>& f
       return WaitEnd::kRoundEnded;
     }
     for (const ProcessEvent& e : o_.processes->Wait(o_.clock->Now() + o_.monitor_interval)) {
+      // A worker held for an in-place recovery may end while the round forms.
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
       if (e.kind == ProcessEvent::Kind::kSignal && IsStopSignal(e.signo)) {
         *signo = e.signo;
         abandon();
@@ -748,7 +855,8 @@ void ElasticAgent::RecordRestartPhases(const rdzv::v1::Assignment& a) {
   const absl::Time started = o_.clock->Now();
   const PendingRestart& r = *restart_;
   auto s = [](absl::Duration d) { return absl::ToDoubleSeconds(d); };
-  Event("restart", {{"cause", r.cause}, {"round", a.round()}, {"from_round", r.from_round},
+  Event("restart", {{"cause", r.cause}, {"path", r.path}, {"why_gang", r.why}, {"round", a.round()},
+                    {"from_round", r.from_round},
                     {"restart_count", int64_t{run_.restart_count}}, {"max_restarts", int64_t{o_.max_restarts}},
                     {"counted", int64_t{r.counted ? 1 : 0}},
                     {"detected_to_stopped_s", s(r.stopped - r.detected)},
@@ -767,7 +875,7 @@ void ElasticAgent::RecordRestartPhases(const rdzv::v1::Assignment& a) {
     phases.set_joined_to_started_s(s(started - r.joined));
     o_.progress->SetLastRestart(phases);
     // The workers' part follows when every one has made its first step.
-    startup_pending_ = PendingStartup{phases, r.detected, started};
+    startup_pending_ = PendingStartup{phases, r.detected, started, r.path, r.why};
   }
   restart_.reset();
 }
@@ -792,6 +900,16 @@ void ElasticAgent::RecordWorkerStartup() {
          {"started_to_comm_ready_s", p.phases.started_to_comm_ready_s()},
          {"comm_ready_to_restored_s", p.phases.comm_ready_to_restored_s()},
          {"restored_to_first_step_s", p.phases.restored_to_first_step_s()},
+         {"total_s", p.phases.total_to_first_step_s()}});
+  // The breakdown of a recovery, whichever path it took.
+  Event("recovered",
+        {{"path", p.path}, {"why_gang", p.why}, {"cause", p.phases.cause()}, {"round", p.phases.round()},
+         {"detected_to_aborted_s", p.phases.detected_to_stopped_s()},
+         {"aborted_to_round_formed_s", p.phases.stopped_to_joined_s()},
+         {"round_formed_to_started_s", p.phases.joined_to_started_s()},
+         {"started_to_comm_ready_s", p.phases.started_to_comm_ready_s()},
+         {"comm_ready_to_state_received_s", p.phases.comm_ready_to_restored_s()},
+         {"state_received_to_next_step_s", p.phases.restored_to_first_step_s()},
          {"total_s", p.phases.total_to_first_step_s()}});
   spdlog::info("restart ({}) to every worker's first step: {:.3f} s (launcher {:.3f} s, communicator {:.3f} s, "
                "checkpoint {:.3f} s, first step {:.3f} s)",
@@ -825,7 +943,11 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
     ProcessLauncher* processes = o_.processes;
     o_.round_monitor->Start(a, run_.restart_count, [processes] { processes->Wakeup(); });
   }
-  StartWorkers(a, run_.restart_count, run_.attempt);
+  if (AnyHeld()) {
+    ResumeRound(a, run_.restart_count, run_.attempt);
+  } else {
+    StartWorkers(a, run_.restart_count, run_.attempt);
+  }
   std::vector<int64_t> pids;
   for (const Worker& w : workers_) pids.push_back(w.pid);
   Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{run_.attempt}},
@@ -889,10 +1011,10 @@ ElasticAgent::Stopped ElasticAgent::StopAfterSuccess(const rdzv::v1::Assignment&
 }
 
 ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
-  StopWorkers(SIGTERM, StopKind::kForRestart);
   std::vector<FailureRecord> failures = Failures();
   run_.result.failures = failures;
   if (failures.empty()) {
+    StopWorkers(SIGTERM, StopKind::kForRestart);
     StopRoundMonitor();
     // Not reachable by CheckGroup's rules; never index an empty list.
     return Stopped{StopCause::kAgentError, "worker group failed without a recorded failure"};
@@ -900,6 +1022,11 @@ ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
   const FailureRecord& rc = failures[std::max(RootCauseIndex(failures), 0)];
   int code = rc.status.LauncherExitCode();
   const std::string what = absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString());
+  // The survivors stay where they can (in-place recovery); else the group
+  // stops whole.
+  std::string why_gang;
+  const bool in_place = HoldSurvivors(what, &why_gang);
+  if (!in_place) StopWorkers(SIGTERM, StopKind::kForRestart);
   // Workers whose peers were stopped for a new round (a node joined, left
   // or failed) lose their connections and fail before this launcher hears
   // that the round ended: a membership change, not a failure of this node,
@@ -909,10 +1036,10 @@ ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
   if (ended.has_value()) {
     spdlog::warn("worker group failed ({}) after its round had ended ({}): a membership change", what, *ended);
     return Stopped{StopCause::kMembershipChanged, absl::StrCat(*ended, "; the workers failed with it: ", what), 1,
-                   rc.time, o_.clock->Now()};
+                   rc.time, o_.clock->Now(), in_place, why_gang};
   }
   // Detected when the launcher saw the first failure; stopped now.
-  return Stopped{StopCause::kWorkerFailed, what, code == 0 ? 1 : code, rc.time, o_.clock->Now()};
+  return Stopped{StopCause::kWorkerFailed, what, code == 0 ? 1 : code, rc.time, o_.clock->Now(), in_place, why_gang};
 }
 
 ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const MonitorResult& m) {
@@ -924,8 +1051,10 @@ ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const Mo
     case Outcome::kMembership: {
       const absl::Time detected = o_.clock->Now();
       StopRoundMonitor();
-      StopWorkers(SIGTERM, StopKind::kForRestart);
-      return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now()};
+      std::string why_gang;
+      const bool in_place = HoldSurvivors(m.reason, &why_gang);
+      if (!in_place) StopWorkers(SIGTERM, StopKind::kForRestart);
+      return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now(), in_place, why_gang};
     }
     case Outcome::kRunClosed:
       StopRoundMonitor();
@@ -950,17 +1079,24 @@ bool ElasticAgent::Conclude(const Stopped& s, int64_t round) {
   if (s.cause == StopCause::kWorkerFailed) NoteFailure(run_.ledger, BestStepThisAttempt());
   Stopped gave_up;               // kExitNoProgress's account of the stop
   const Stopped* ended = &s;     // what the launcher exits with
-  switch (DecideNext(s.cause, run_.restart_count, o_.max_restarts, run_.ledger, o_.failures_without_progress)) {
+  const NextAction next =
+      DecideNext(s.cause, run_.restart_count, o_.max_restarts, run_.ledger, o_.failures_without_progress);
+  const bool restarts = next == NextAction::kRestartFree || next == NextAction::kRestartCounted;
+  // Survivors held for an in-place recovery stop with the run.
+  if (!restarts && AnyHeld()) StopHeld(SIGTERM, StopKind::kForRestart);
+  const std::string path = s.in_place ? "in_place" : "gang";
+  switch (next) {
     case NextAction::kRestartFree:
-      spdlog::warn("round {} ended ({}): restarting the workers (restarts not consumed)", round, s.reason);
+      spdlog::warn("round {} ended ({}): {} (restarts not consumed)", round, s.reason,
+                   s.in_place ? "recovering in place" : "restarting the workers");
       Event("round_ended", {{"round", round}, {"reason", s.reason}});
-      restart_ = PendingRestart{"membership", round, false, s.detected, s.stopped, {}};
+      restart_ = PendingRestart{"membership", round, false, s.detected, s.stopped, {}, path, s.why_gang};
       return true;
     case NextAction::kRestartCounted:
       ++run_.restart_count;
-      spdlog::warn("worker group failed ({}); restarting, {} of {} restarts", s.reason, run_.restart_count,
-                   o_.max_restarts);
-      restart_ = PendingRestart{"worker_failed", round, true, s.detected, s.stopped, {}};
+      spdlog::warn("worker group failed ({}); {}, {} of {} restarts", s.reason,
+                   s.in_place ? "recovering in place" : "restarting", run_.restart_count, o_.max_restarts);
+      restart_ = PendingRestart{"worker_failed", round, true, s.detected, s.stopped, {}, path, s.why_gang};
       // The rendezvous judges from every node's report which one's failure
       // ended the round (a quarantine counts them, rendezvous/rules.h).
       run_.failure_report.set_round(round);

@@ -27,6 +27,7 @@
 #include "launcher/agent/progress_board.h"
 #include "launcher/agent/restart_policy.h"
 #include "launcher/agent/round_monitor.h"
+#include "launcher/agent/round_notices.h"
 #include "launcher/workers/failure_summary.h"
 #include "launcher/workers/ports.h"
 #include "launcher/workers/process.h"
@@ -116,6 +117,14 @@ struct AgentOptions {
   PortFinder* ports = nullptr;
   ProgressBoard* progress = nullptr;
   RoundMonitor* round_monitor = nullptr;
+  // --recovery in_place: when every worker of the group declared it (its
+  // STARTED event), a failure or a round end keeps the surviving workers
+  // running; they are told over `notices` (served by the agent service)
+  // to abort their collectives and then their new round's environment, and
+  // only the lost local ranks start again. Otherwise, or without notices,
+  // the whole group restarts (torchrun's way).
+  bool in_place = false;
+  RoundNotices* notices = nullptr;
   // Blocking rendezvous calls (Join, the exit barrier) run on a helper
   // thread; for this long the agent just waits for them, after that it also
   // answers signals while waiting.
@@ -157,6 +166,7 @@ class ElasticAgent {
     pid_t pid = 0;
     bool exited = false;
     bool stopping = false;  // exits from now on are our doing, not failures
+    bool held = false;      // kept through the round change (in-place recovery)
     std::optional<absl::Time> stopped_since;  // its process stopped (T) at every look since
     ExitStatus status;
     std::string error_file;
@@ -182,6 +192,8 @@ class ElasticAgent {
   std::string Prefix(int local_rank, int rank) const;
   void StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt);
   // One worker: its folder, environment, streams and CPUs; its pid.
+  // StartWorker for local rank `lr`; a worker that cannot start is a failed one.
+  Worker StartLocalRank(const rdzv::v1::Assignment& a, int restart_count, const std::string& attempt_dir, int lr);
   absl::StatusOr<pid_t> StartWorker(const rdzv::v1::Assignment& a, int restart_count,
                                     const std::string& attempt_dir, Worker* w);
   WorkerEnvInputs EnvInputs(const rdzv::v1::Assignment& a, int local_rank, int restart_count,
@@ -198,6 +210,17 @@ class ElasticAgent {
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo, StopKind kind);
+  // In-place recovery: whether the group can keep its survivors through
+  // this round change (nullopt: yes; else why not, for the events).
+  std::optional<std::string> WhyNotInPlace() const;
+  // Makes sure the lost workers are gone (SIGKILL, bounded) and tells the
+  // survivors the round is changing; true when they are held. Else `*why`.
+  bool HoldSurvivors(const std::string& reason, std::string* why);
+  bool AnyHeld() const;
+  // The held survivors stop after all (the run ends, or a stop signal).
+  void StopHeld(int signo, StopKind kind);
+  // Starts the lost local ranks and gives the held ones the new round.
+  void ResumeRound(const rdzv::v1::Assignment& a, int restart_count, int attempt);
   std::vector<FailureRecord> Failures() const;
   enum class WaitEnd { kDone, kSignal, kRoundEnded };
   // Runs `fn` on a helper thread while still answering signals: kSignal
@@ -221,6 +244,9 @@ class ElasticAgent {
     int64_t from_round = 0;
     bool counted = false;
     absl::Time detected, stopped, joined;
+    // "in_place" (survivors kept) or "gang"; for gang, why not in place.
+    std::string path = "gang";
+    std::string why;
   };
   // How a worker group stopped, for the restart policy (DecideNext).
   struct Stopped {
@@ -228,6 +254,10 @@ class ElasticAgent {
     std::string reason;  // for the log, the events, Leave and Close
     int exit_code = 1;   // the launcher's, when the policy says exit
     absl::Time detected, stopped;
+    // The survivors are held for an in-place recovery ("stopped" is when
+    // they were told to abort); else why the group stopped whole.
+    bool in_place = false;
+    std::string why_gang;
   };
   // One Run's state across rounds.
   struct RunState {
@@ -311,6 +341,7 @@ class ElasticAgent {
   struct PendingStartup {
     rdzv::v1::RestartPhases phases;  // the launcher's part, filled
     absl::Time detected, started;
+    std::string path, why;  // PendingRestart's
   };
   std::optional<PendingStartup> startup_pending_;
   bool next_start_prepared_ = false;

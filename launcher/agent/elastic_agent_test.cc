@@ -238,6 +238,99 @@ TEST_F(AgentTest, TheNextStartIsPreparedOnceTheGroupRunsWarmCapable) {
   EXPECT_LT(prepared[0], second_group);
 }
 
+// In-place recovery: local rank 1 dies; local rank 0 declared it and stays
+// (never signalled), is told the round is changing and then its new round's
+// environment; only local rank 1 starts again.
+class InPlaceTest : public AgentTest {
+ protected:
+  void SetUpWorkers(bool declare) {
+    o_.max_restarts = 1;
+    o_.in_place = true;
+    o_.notices = &notices_;
+    processes_.on_start = [this, declare](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+      const int lr = s.spec.slot;
+      const pid_t pid = s.pid;
+      p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid, declare] {
+        agent::v1::WorkerEvent e;
+        e.set_local_rank(lr);
+        e.set_pid(pid);
+        e.set_kind(agent::v1::WorkerEvent::STARTED);
+        e.set_can_recover_in_place(declare);
+        ASSERT_TRUE(board_.RecordEvent(e).ok());
+      });
+      ++starts_;
+      if (starts_ == 2) p.ExitAt(pid, s.time + absl::Seconds(2), ExitStatus::Killed(SIGKILL));
+      if (starts_ == 1) p.ExitAt(pid, s.time + absl::Seconds(10), ExitStatus::Exited(0));
+      if (starts_ >= 3) p.ExitAt(pid, s.time + absl::Seconds(5), ExitStatus::Exited(0));
+    };
+  }
+
+  std::map<std::string, EventValue> Last(const std::string& event) {
+    std::map<std::string, EventValue> out;
+    for (const auto& [name, fields] : events_.events()) {
+      if (name == event) out = {fields.begin(), fields.end()};
+    }
+    return out;
+  }
+
+  RoundNotices notices_;
+  int starts_ = 0;
+};
+
+TEST_F(InPlaceTest, TheSurvivorStaysAndOnlyTheLostRankStartsAgain) {
+  SetUpWorkers(/*declare=*/true);
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_EQ(processes_.started().size(), 3u) << "local ranks 0 and 1, then local rank 1 again";
+  EXPECT_EQ(processes_.started()[2].spec.slot, 1);
+  EXPECT_EQ(Env(2, "CPPTORCHRUN_RDZV_ROUND"), "2");
+  const pid_t survivor = processes_.started()[0].pid;
+  for (auto [pid, sig] : processes_.signals_sent()) EXPECT_NE(pid, survivor) << "signal " << sig;
+  // Its new round's environment, as a new worker's, error file its own.
+  const RoundNotices::Update u = notices_.Current(0, survivor);
+  EXPECT_EQ(u.state(), RoundNotices::Update::ASSIGNED);
+  EXPECT_EQ(u.generation(), 2) << "CHANGING, then ASSIGNED";
+  EXPECT_EQ(u.env().at("CPPTORCHRUN_RDZV_ROUND"), "2");
+  EXPECT_EQ(u.env().at("RANK"), "0");
+  EXPECT_EQ(u.env().at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(u.env().at("TORCHELASTIC_ERROR_FILE"), Env(0, "TORCHELASTIC_ERROR_FILE"));
+  EXPECT_EQ(u.env().at("MASTER_PORT"), Env(2, "MASTER_PORT"));
+  auto held = Last("survivors_held");
+  ASSERT_FALSE(held.empty());
+  EXPECT_EQ(std::get<std::vector<int64_t>>(held.at("ranks")), std::vector<int64_t>{0});
+  auto restart = Last("restart");
+  EXPECT_EQ(std::get<std::string>(restart.at("path")), "in_place");
+  EXPECT_EQ(std::get<int64_t>(restart.at("counted")), 1);
+  auto started = Last("workers_started");
+  const std::vector<int64_t> pids = std::get<std::vector<int64_t>>(started.at("pids"));
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_EQ(pids[0], survivor);
+  EXPECT_EQ(pids[1], processes_.started()[2].pid);
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
+TEST_F(InPlaceTest, WorkersThatDidNotDeclareItRestartAsAGangSayingWhy) {
+  SetUpWorkers(/*declare=*/false);
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(processes_.started().size(), 4u);
+  auto restart = Last("restart");
+  EXPECT_EQ(std::get<std::string>(restart.at("path")), "gang");
+  EXPECT_THAT(std::get<std::string>(restart.at("why_gang")), HasSubstr("did not declare in-place recovery"));
+  EXPECT_TRUE(Last("survivors_held").empty());
+}
+
+TEST_F(InPlaceTest, SurvivorsHeldWhenTheRunEndsAreStopped) {
+  SetUpWorkers(/*declare=*/true);
+  o_.max_restarts = 0;  // the failure ends the run
+  AgentResult r = Run();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(processes_.started().size(), 2u);
+  const pid_t survivor = processes_.started()[0].pid;
+  EXPECT_EQ(notices_.Current(0, survivor).state(), RoundNotices::Update::STOP);
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
   o_.max_restarts = 2;
   ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(3), /*only=*/1);

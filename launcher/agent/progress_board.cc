@@ -24,6 +24,27 @@ void ProgressBoard::Begin(int local_world_size) {
   stop_requested_ = false;
 }
 
+void ProgressBoard::Begin(int local_world_size, const std::map<int, int64_t>& kept) {
+  absl::MutexLock lock(&mu_);
+  std::map<int, RankReport> carried;
+  for (const auto& [lr, pid] : kept) {
+    auto it = reports_.find(lr);
+    if (it == reports_.end() || it->second.heartbeat.pid() != pid) continue;
+    RankReport r;
+    r.heartbeat.set_rank(it->second.heartbeat.rank());
+    r.heartbeat.set_local_rank(lr);
+    r.heartbeat.set_pid(pid);
+    r.can_wait_warm = it->second.can_wait_warm;
+    r.can_recover_in_place = it->second.can_recover_in_place;
+    r.started_at = it->second.started_at;
+    carried[lr] = std::move(r);
+  }
+  pids_.assign(static_cast<size_t>(std::max(local_world_size, 0)), 0);
+  reports_.clear();
+  held_ = std::move(carried);
+  stop_requested_ = false;
+}
+
 void ProgressBoard::SetWorker(int local_rank, int64_t pid) {
   absl::MutexLock lock(&mu_);
   if (local_rank < 0 || local_rank >= static_cast<int>(pids_.size())) return;
@@ -68,7 +89,8 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
   using Kind = agent::v1::WorkerEvent;
   if (e.kind() != Kind::STARTED && e.kind() != Kind::RESUMED && e.kind() != Kind::FINISHED &&
       e.kind() != Kind::FAILED && e.kind() != Kind::COMMUNICATOR_READY && e.kind() != Kind::FIRST_STEP &&
-      e.kind() != Kind::SIGNAL && e.kind() != Kind::SIGNAL_CHECKPOINT) {
+      e.kind() != Kind::SIGNAL && e.kind() != Kind::SIGNAL_CHECKPOINT && e.kind() != Kind::RECOVERING &&
+      e.kind() != Kind::RECOVERED) {
     return absl::InvalidArgumentError("event kind unspecified");
   }
   const absl::Time now = clock_->Now();
@@ -89,6 +111,16 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
         if (!r.progress.last_progress.has_value()) r.progress.last_progress = now;
         r.started_at = now;
         r.can_wait_warm = e.can_wait_warm();
+        r.can_recover_in_place = e.can_recover_in_place();
+        break;
+      case Kind::RECOVERING:
+        r.recovering_at = now;
+        break;
+      case Kind::RECOVERED:
+        // The state transfer is this round's restore.
+        r.resumed_step = e.step();
+        r.resumed_at = now;
+        r.recovering_at.reset();
         break;
       case Kind::COMMUNICATOR_READY:
         r.comm_ready_at = now;
@@ -118,13 +150,23 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
     }
   }
   if (e.kind() == Kind::STARTED || e.kind() == Kind::COMMUNICATOR_READY || e.kind() == Kind::RESUMED ||
-      e.kind() == Kind::FIRST_STEP) {
+      e.kind() == Kind::FIRST_STEP || e.kind() == Kind::RECOVERED || e.kind() == Kind::RECOVERING) {
     absl::MutexLock lock(&on_event_mu_);
     if (on_startup_event_) on_startup_event_();
   }
   if (events_ != nullptr && e.kind() == Kind::RESUMED) {
     events_->Record("worker_resumed", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                        {"pid", e.pid()}, {"step", e.step()}});
+  }
+  if (events_ != nullptr && e.kind() == Kind::RECOVERING) {
+    events_->Record("worker_recovering", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
+                                          {"pid", e.pid()}, {"step", e.step()},
+                                          {"reason", e.message().substr(0, 512)}});
+  }
+  if (events_ != nullptr && e.kind() == Kind::RECOVERED) {
+    events_->Record("worker_recovered", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
+                                         {"pid", e.pid()}, {"step", e.step()},
+                                         {"state_from", e.message().substr(0, 64)}});
   }
   // A scheduler's signal as each worker saw it, and the checkpoint it
   // wrote for it: one event each (docs/ENVIRONMENT.md, "Signals").
@@ -153,6 +195,12 @@ bool ProgressBoard::AllCanWaitWarm() const {
     if (it == reports_.end() || !it->second.can_wait_warm) return false;
   }
   return true;
+}
+
+bool ProgressBoard::CanRecoverInPlace(int local_rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = reports_.find(local_rank);
+  return it != reports_.end() && it->second.can_recover_in_place;
 }
 
 std::optional<GroupStartup> ProgressBoard::Startup() const {

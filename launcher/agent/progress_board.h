@@ -38,6 +38,8 @@ struct RankReport {
   int64_t resumed_step = -1;                 // RESUMED: the checkpoint's step
   std::string failure;                       // FAILED: the worker's own message
   bool can_wait_warm = false;                // STARTED said it can start as a warm spare
+  bool can_recover_in_place = false;         // STARTED said it can stay through a round change
+  std::optional<absl::Time> recovering_at;   // RECOVERING: its communicator failed, it waits
   // When the start-up events came (the board's clock); none yet.
   std::optional<absl::Time> started_at, comm_ready_at, resumed_at, first_step_at;
 };
@@ -64,6 +66,10 @@ class ProgressBoard {
   // sent for it are held, and kept if they came from the pid it is filled
   // with.
   void Begin(int local_world_size);
+  // The same for a group that keeps some workers through a round change
+  // (in-place recovery): `kept[local_rank]` is a worker that stays; what
+  // its STARTED said is kept, its steps and start-up times start afresh.
+  void Begin(int local_world_size, const std::map<int, int64_t>& kept);
   void SetWorker(int local_rank, int64_t pid);
 
   // Records a heartbeat. Returns false (and records nothing) when its pid is
@@ -83,6 +89,8 @@ class ProgressBoard {
   std::optional<GroupStartup> Startup() const;
   // Every current worker's STARTED said it can start as a warm spare.
   bool AllCanWaitWarm() const;
+  // The current worker at `local_rank` said it can recover in place.
+  bool CanRecoverInPlace(int local_rank) const;
 
   // Called (outside the board's lock) after each start-up event, so that a
   // waiting agent looks at once; null: nobody. Thread-safe.

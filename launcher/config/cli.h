@@ -77,6 +77,8 @@ struct LaunchConfig {
   double straggler_factor = 1.5;
   int straggler_window = 10;
   std::string straggler_policy = "warn";
+  // --recovery: gang or in_place (launcher/agent/elastic_agent.h).
+  std::string recovery = "gang";
   // --health_check (launcher/agent/health_check.h); empty: none.
   std::string health_check;
   absl::Duration health_check_timeout = absl::Seconds(60);

@@ -218,6 +218,12 @@ absl::Status ApplyStragglerPolicy(const FlagValue& v, LaunchConfig* c) {
   return absl::OkStatus();
 }
 
+absl::Status ApplyRecovery(const FlagValue& v, LaunchConfig* c) {
+  if (v.text != "gang" && v.text != "in_place") return Bad(v.source, "gang or in_place", v.text);
+  c->recovery = v.text;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyRole(const FlagValue& v, LaunchConfig* c) {
   if (v.text.empty() || v.text.size() > 64 || v.text.find_first_of(" \t\n/") != std::string::npos) {
     return Bad(v.source, "a non-empty name without spaces or '/' (at most 64 characters)", v.text);
@@ -363,6 +369,12 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
                 "warn: report a straggler (straggler_detected); replace: also treat it as a failed worker, "
                 "so that the group restarts without it (default warn)",
                 "warn", false, "", ApplyStragglerPolicy});
+  t->push_back({"recovery", "--recovery", "CPPTORCHRUN_RECOVERY",
+                "what a failed, hung or lost worker costs the others: gang (torchrun's way: every worker "
+                "restarts and resumes from the checkpoint) or in_place (workers that declare it, as train "
+                "does, keep running; the lost ranks start again and receive the state from them; "
+                "docs/DESIGN.md) (default gang)",
+                "gang", false, "", ApplyRecovery});
   t->push_back({"health_check", "--health_check,--health-check", "CPPTORCHRUN_HEALTH_CHECK",
                 "a shell command run before each join; while it fails (its last output line says why) this "
                 "node stays out of the rendezvous and tries again every 10 s (\"\": none)",

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/signals.h"
@@ -43,7 +44,36 @@ class GrpcAgentClient final : public AgentClient {
     return FromGrpc(stub_->SendEvent(&context, event, &ack), "event");
   }
 
+  absl::StatusOr<agent_pb::RoundUpdate> AwaitRound(const agent_pb::RoundQuery& query,
+                                                   absl::Duration wait) override {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return absl::CancelledError("agent waits cancelled");
+      waits_.insert(&context);
+    }
+    agent_pb::RoundUpdate update;
+    const grpc::Status status = stub_->AwaitRound(&context, query, &update);
+    {
+      absl::MutexLock lock(&mu_);
+      waits_.erase(&context);
+    }
+    absl::Status s = FromGrpc(status, "round");
+    if (!s.ok()) return s;
+    return update;
+  }
+
+  void CancelWaits() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* c : waits_) c->TryCancel();
+  }
+
  private:
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> waits_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<agent_pb::Agent::Stub> stub_;
   const absl::Duration timeout_;
 };
@@ -57,6 +87,10 @@ class NullAgentClient final : public AgentClient {
 };
 
 }  // namespace
+
+absl::StatusOr<agent_pb::RoundUpdate> AgentClient::AwaitRound(const agent_pb::RoundQuery&, absl::Duration) {
+  return absl::UnimplementedError("this agent client has no round notices");
+}
 
 std::unique_ptr<AgentClient> NewGrpcAgentClient(const std::string& socket_path,
                                                 absl::Duration call_timeout) {
@@ -78,6 +112,7 @@ HeartbeatReporter::HeartbeatReporter(AgentClient* client, const HeartbeatOptions
   {
     absl::MutexLock lock(&mu_);
     latest_.set_rank(options_.rank);
+    rank_ = options_.rank;
     latest_.set_local_rank(options_.local_rank);
     latest_.set_pid(options_.pid);
     last_progress_ = options_.now();
@@ -130,6 +165,27 @@ void HeartbeatReporter::OnResumed(int64_t global_step) {
             absl::StrCat("resumed at step ", global_step));
 }
 
+void HeartbeatReporter::OnRecovering(const std::string& why) {
+  SendEvent(agent_pb::WorkerEvent::RECOVERING, LatestStep(), why.substr(0, 512));
+}
+
+void HeartbeatReporter::OnRejoined(int rank) {
+  absl::MutexLock lock(&mu_);
+  rank_ = rank;
+  latest_.set_rank(rank);
+  first_step_sent_ = false;
+  last_progress_ = options_.now();
+}
+
+void HeartbeatReporter::OnRecovered(int64_t global_step, const std::string& from) {
+  {
+    absl::MutexLock lock(&mu_);
+    latest_.set_step(global_step);
+    last_progress_ = options_.now();
+  }
+  SendEvent(agent_pb::WorkerEvent::RECOVERED, global_step, from);
+}
+
 void HeartbeatReporter::OnFinished(const TrainMetrics& metrics) {
   SendEvent(agent_pb::WorkerEvent::FINISHED, LatestStep(),
             absl::StrCat("test_accuracy ", metrics.test_accuracy, " samples_per_s ",
@@ -151,13 +207,19 @@ void HeartbeatReporter::OnSignalCheckpoint(int64_t global_step, bool stopping) {
 void HeartbeatReporter::SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step,
                                   const std::string& message) {
   agent_pb::WorkerEvent event;
-  event.set_rank(options_.rank);
+  {
+    absl::MutexLock lock(&mu_);
+    event.set_rank(rank_);
+  }
   event.set_local_rank(options_.local_rank);
   event.set_pid(options_.pid);
   event.set_kind(kind);
   event.set_step(step);
   event.set_message(message);
-  if (kind == agent_pb::WorkerEvent::STARTED) event.set_can_wait_warm(options_.can_wait_warm);
+  if (kind == agent_pb::WorkerEvent::STARTED) {
+    event.set_can_wait_warm(options_.can_wait_warm);
+    event.set_can_recover_in_place(options_.can_recover_in_place);
+  }
   if (!client_->SendEvent(event).ok()) {
     absl::MutexLock lock(&mu_);
     ++failures_;

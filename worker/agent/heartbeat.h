@@ -46,6 +46,12 @@ class AgentClient {
   virtual absl::StatusOr<agent_pb::HeartbeatAck> SendHeartbeat(
       const agent_pb::Heartbeat& heartbeat) = 0;
   virtual absl::Status SendEvent(const agent_pb::WorkerEvent& event) = 0;
+  // The launcher's word on this worker's round (agent.proto's AwaitRound),
+  // waiting at most `wait` (DeadlineExceeded then). Default: Unimplemented.
+  virtual absl::StatusOr<agent_pb::RoundUpdate> AwaitRound(const agent_pb::RoundQuery& query,
+                                                           absl::Duration wait);
+  // Ends the AwaitRound calls in flight and every later one with Cancelled.
+  virtual void CancelWaits() {}
 };
 
 // gRPC over "unix:<socket_path>"; each call has `call_timeout`.
@@ -68,6 +74,8 @@ struct HeartbeatOptions {
   int64_t pid = 0;
   // Said in STARTED: this program can start as a warm spare (base/become.h).
   bool can_wait_warm = false;
+  // Said in STARTED: this worker can recover in place (docs/DESIGN.md).
+  bool can_recover_in_place = false;
   // Injected clock; default absl::Now.
   std::function<absl::Time()> now;
 };
@@ -100,6 +108,14 @@ class HeartbeatReporter final : public TrainObserver {
   // (SIGNAL_CHECKPOINT at `global_step`; `stopping`: the worker ends now).
   void OnSignal(int signo);
   void OnSignalCheckpoint(int64_t global_step, bool stopping);
+  // In-place recovery: the communicator failed and the worker waits for
+  // its next round (RECOVERING, `why`); then it is rank `rank` of the new
+  // round (heartbeats and events say so from now on, and the next step is
+  // a first step again); then the state transfer is done (RECOVERED at
+  // `global_step`, `from`: where the state came from).
+  void OnRecovering(const std::string& why);
+  void OnRejoined(int rank);
+  void OnRecovered(int64_t global_step, const std::string& from);
   // From now on each heartbeat carries these collective numbers (asked
   // at each beat, from the reporter's thread).
   void WatchCollectives(std::function<CollectiveCount()> collectives);
@@ -124,6 +140,7 @@ class HeartbeatReporter final : public TrainObserver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool first_step_sent_ ABSL_GUARDED_BY(mu_) = false;
+  int rank_ ABSL_GUARDED_BY(mu_) = 0;  // options_.rank, then each new round's
   // Compute seconds of the batches since the last heartbeat (its compute_s).
   double compute_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t compute_count_ ABSL_GUARDED_BY(mu_) = 0;

@@ -29,6 +29,13 @@ void FlightRecorder::Finish(int64_t seq) {
   }
 }
 
+void FlightRecorder::Reset() {
+  absl::MutexLock lock(&mu_);
+  issued_ = 0;
+  finished_ = 0;
+  records_.clear();
+}
+
 CollectiveProgress FlightRecorder::Progress() const {
   absl::MutexLock lock(&mu_);
   CollectiveProgress p;

@@ -50,6 +50,9 @@ class FlightRecorder {
   void Finish(int64_t seq);
 
   CollectiveProgress Progress() const;
+  // A new communicator (in-place recovery): numbering starts again at 1,
+  // as on the new round's new ranks.
+  void Reset();
   // The newest records, oldest first.
   std::vector<CollectiveRecord> Records() const;
 

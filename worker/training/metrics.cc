@@ -72,6 +72,7 @@ std::string MetricsToJson(const TrainMetrics& m) {
                       ", \"final_loss\": ", Number(m.final_loss),
                       ", \"restart_count\": ", m.restart_count,
                       ", \"resumed_from_step\": ", m.resumed_from_step,
+                      ", \"recoveries\": ", m.recoveries,
                       ", \"checkpoints_written\": ", m.checkpoints_written,
                       ", \"checkpoint_wait_seconds\": ", Number(m.checkpoint_wait_seconds),
                       ", \"backend\": ", Quote(m.backend), "}\n");

@@ -79,6 +79,9 @@ struct TrainMetrics {
   int64_t restart_count = 0;
   // The global batch index restored from a checkpoint; -1 when none.
   int64_t resumed_from_step = -1;
+  // In-place recoveries this rank went through (its communicator replaced,
+  // its state kept), and the world size it ended in.
+  int64_t recoveries = 0;
   // Rank 0's checkpoints (checkpoint_writer.h): how many were written in
   // the background, and the seconds the training thread waited for the
   // writer (a snapshot still waiting, a signal's checkpoint, and the last

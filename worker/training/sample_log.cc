@@ -20,14 +20,32 @@ absl::StatusOr<std::unique_ptr<SampleLog>> SampleLog::Open(const std::string& di
   }
   const std::string path =
       absl::StrCat(dir, "/samples.round", round, ".rank", rank, ".pid", ::getpid(), ".txt");
+  absl::StatusOr<int> fd = Create(path);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<SampleLog> log(new SampleLog(*fd, dir, path));
+  log->Write(absl::StrCat("# round ", round, " rank ", rank, " world ", world_size, "\n"));
+  return log;
+}
+
+absl::StatusOr<int> SampleLog::Create(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sample_log: cannot create ", path, ": ", std::strerror(errno)));
   }
-  std::unique_ptr<SampleLog> log(new SampleLog(fd, path));
-  log->Write(absl::StrCat("# round ", round, " rank ", rank, " world ", world_size, "\n"));
-  return log;
+  return fd;
+}
+
+absl::Status SampleLog::NextRound(int64_t round, int rank, int world_size) {
+  const std::string path =
+      absl::StrCat(dir_, "/samples.round", round, ".rank", rank, ".pid", ::getpid(), ".txt");
+  absl::StatusOr<int> fd = Create(path);
+  if (!fd.ok()) return fd.status();
+  ::close(fd_);
+  fd_ = *fd;
+  path_ = path;
+  Write(absl::StrCat("# round ", round, " rank ", rank, " world ", world_size, "\n"));
+  return absl::OkStatus();
 }
 
 SampleLog::~SampleLog() { ::close(fd_); }

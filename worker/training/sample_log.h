@@ -33,13 +33,19 @@ class SampleLog : public TrainObserver {
   void OnResumed(int64_t global_step) override;
   void OnStep(const StepReport& report) override;
 
+  // In-place recovery: this process goes on as rank `rank` of round
+  // `round`; its lines go to that round's file from now on.
+  absl::Status NextRound(int64_t round, int rank, int world_size);
+
   const std::string& path() const { return path_; }
 
  private:
-  SampleLog(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  SampleLog(int fd, std::string dir, std::string path) : fd_(fd), dir_(std::move(dir)), path_(std::move(path)) {}
+  static absl::StatusOr<int> Create(const std::string& path);
   void Write(const std::string& line);
 
   int fd_;
+  std::string dir_;
   std::string path_;
 };
 

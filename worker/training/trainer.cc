@@ -36,6 +36,9 @@ constexpr int64_t kClasses = 10;
 // Bounds on --hidden: a typo must not allocate the machine away.
 constexpr size_t kMaxHiddenLayers = 16;
 constexpr int64_t kMaxHiddenWidth = 16384;
+// Recoveries in a row that fail before training goes on (a spare lost
+// during each transfer): past this many, Train fails (a gang restart).
+constexpr int kMaxRecoveriesInARow = 10;
 
 #define CPPTORCHRUN_RETURN_IF_ERROR(expr)       \
   do {                                          \
@@ -194,6 +197,32 @@ absl::Status Restore(const CheckpointState& state, std::vector<torch::Tensor>& p
   return absl::OkStatus();
 }
 
+// Every rank receives rank `root`'s optimizer state: step counts (zeros for
+// kinds without), then every state field flattened, in parameter and field
+// order.
+absl::Status BroadcastOptimizerState(Communicator& comm, std::vector<torch::Tensor>& params,
+                                     ModelOptimizer& optimizer, int root) {
+  std::vector<int64_t> steps;
+  std::vector<torch::Tensor> fields;
+  for (size_t i = 0; i < params.size(); ++i) {
+    steps.push_back(optimizer.StepCount(i));
+    for (const StateTensor& field : optimizer.State(i)) fields.push_back(field.tensor.reshape({-1}));
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(steps.data(), steps.size(), DType::kInt64, root));
+  torch::Tensor flat = torch::cat(fields);
+  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(flat.data_ptr<float>(), flat.numel(), DType::kFloat32, root));
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    optimizer.SetStepCount(i, steps[i]);
+    for (StateTensor& field : optimizer.State(i)) {
+      torch::NoGradGuard no_grad;
+      field.tensor.copy_(flat.narrow(0, offset, field.tensor.numel()).view_as(field.tensor));
+      offset += field.tensor.numel();
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Rank 0 reads the newest valid checkpoint; everyone receives the position
 // and the optimizer state from it (parameters follow in DDP's broadcast),
 // so only rank 0 needs to see the checkpoint folder.
@@ -230,26 +259,7 @@ absl::StatusOr<bool> Resume(const TrainConfig& config, Communicator& comm,
   }
   if (meta[0] == 0) return false;
   *pos = Position{meta[1], meta[2], meta[3], meta[4]};
-  // The optimizer's state: step counts (zeros for kinds without), then
-  // every state field flattened, in parameter and field order.
-  std::vector<int64_t> steps;
-  std::vector<torch::Tensor> fields;
-  for (size_t i = 0; i < params.size(); ++i) {
-    steps.push_back(optimizer.StepCount(i));
-    for (const StateTensor& field : optimizer.State(i)) fields.push_back(field.tensor.reshape({-1}));
-  }
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(steps.data(), steps.size(), DType::kInt64, 0));
-  torch::Tensor flat = torch::cat(fields);
-  CPPTORCHRUN_RETURN_IF_ERROR(comm.Broadcast(flat.data_ptr<float>(), flat.numel(), DType::kFloat32, 0));
-  int64_t offset = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    optimizer.SetStepCount(i, steps[i]);
-    for (StateTensor& field : optimizer.State(i)) {
-      torch::NoGradGuard no_grad;
-      field.tensor.copy_(flat.narrow(0, offset, field.tensor.numel()).view_as(field.tensor));
-      offset += field.tensor.numel();
-    }
-  }
+  CPPTORCHRUN_RETURN_IF_ERROR(BroadcastOptimizerState(comm, params, optimizer, 0));
   return true;
 }
 
@@ -288,6 +298,12 @@ class TrainingRun {
 
   absl::Status Start();
   bool Done() const { return pos_.epoch >= config_.epochs; }
+  // After a failed RunEpoch, Start or Recover: whether the failure was the
+  // communicator's and TrainDeps::recover may replace it.
+  bool Recoverable() const;
+  // In-place recovery: the next round's communicator, the state agreed on,
+  // the rest of the epoch re-sharded. Its error may be Recoverable again.
+  absl::Status Recover(const absl::Status& failure);
   absl::Status RunEpoch();
   // The signal request pending now (polled); kCheckpointAndStop wins.
   SignalRequest PollSignals();
@@ -301,6 +317,14 @@ class TrainingRun {
   // step for the rows `rows`. Returns the batch's loss.
   absl::StatusOr<double> TrainBatch(const torch::Tensor& rows, const BatchPlan& plan,
                                     AllReduceMode mode);
+  // DDP over comm_ (its hooks on the parameters).
+  absl::Status MakeDdp();
+  // Collective: every rank takes the newest state any rank holds (`live`:
+  // this rank holds one, last_opt_step_'s), or rank 0's checkpoint when
+  // none does. Returns where it came from: "rank R", "checkpoint", "none".
+  absl::StatusOr<std::string> SyncState(bool live);
+  // The sampler (and what follows the world size) for comm_'s world.
+  absl::Status MakeSampler();
   // The observers' report of the batch just done.
   void Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch);
   // Rank 0 snapshots `at` in memory and hands it to the background writer
@@ -322,7 +346,7 @@ class TrainingRun {
 
   const TrainConfig& config_;
   const TrainDeps& deps_;
-  Communicator& comm_;
+  Communicator* comm_;  // deps.comm, then each recovery's
   const std::function<void(const std::string&)> warn_;
   const std::function<double()> now_;
 
@@ -354,6 +378,8 @@ class TrainingRun {
   int64_t saved_step_ = -1;
   // Rank 0's, when checkpoints are on: writes them off the training path.
   std::unique_ptr<CheckpointWriter> writer_;
+  // The last failure was a collective's (TrainDeps::recover may help).
+  bool comm_failed_ = false;
   double checkpoint_wait_seconds_ = 0;
 };
 
@@ -371,7 +397,7 @@ std::function<void(const std::string&)> WarnOrStderr(const TrainDeps& deps) {
 TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
     : config_(config),
       deps_(deps),
-      comm_(*deps.comm),
+      comm_(deps.comm),
       warn_(WarnOrStderr(deps)),
       now_(deps.now ? deps.now : std::function<double()>(SteadySeconds)),
       model_(InitialisedMlp(config)),
@@ -379,18 +405,14 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
       optimizer_(config.optimizer, params_, BaseLearningRate(config)),
       images_(ImagesTensor(*deps.train)),
       labels_(LabelsTensor(*deps.train)) {
-  if (comm_.rank() == 0 && !config.checkpoint_dir.empty()) {
-    writer_ = std::make_unique<CheckpointWriter>(
-        CheckpointWriter::WriteTo(config.checkpoint_dir, config.keep_checkpoints));
-  }
   schedule_.base_lr = BaseLearningRate(config);
-  schedule_.scale = int64_t{comm_.world_size()} * config.grad_accum_steps;
+  schedule_.scale = int64_t{comm_->world_size()} * config.grad_accum_steps;
   schedule_.scale_lr = config.scale_lr;
   schedule_.warmup_steps = config.warmup_steps;
-  metrics_.world_size = comm_.world_size();
+  metrics_.world_size = comm_->world_size();
   metrics_.epochs = config.epochs;
   metrics_.restart_count = config.restart_count;
-  metrics_.backend = comm_.backend();
+  metrics_.backend = comm_->backend();
   metrics_.allreduce = AllReduceModeName(config.allreduce);
   metrics_.hidden = absl::StrJoin(config.hidden, ",");
   metrics_.optimizer = OptimizerName(config.optimizer.kind);
@@ -398,7 +420,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, const TrainDeps& deps)
   metrics_.base_lr = BaseLearningRate(config);
 }
 
-absl::Status TrainingRun::Start() {
+absl::Status TrainingRun::MakeDdp() {
   DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes = config_.bucket_cap_bytes;
   ddp_options.first_bucket_cap_bytes = config_.first_bucket_cap_bytes;
@@ -406,30 +428,105 @@ absl::Status TrainingRun::Start() {
   ddp_options.comm_hook = config_.comm_hook;
   ddp_options.comm_hook.seed = config_.seed;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Create(params_, model_->buffers(), &comm_, ddp_options);
+      DistributedDataParallel::Create(params_, model_->buffers(), comm_, ddp_options);
   if (!ddp.ok()) return ddp.status();
   ddp_ = *std::move(ddp);
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<bool> resumed = Resume(config_, comm_, params_, optimizer_, &pos_, warn_);
-  if (!resumed.ok()) return resumed.status();
-  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(0));
-  if (*resumed) {
-    metrics_.resumed_from_step = pos_.global_step;
-    for (TrainObserver* o : deps_.observers) o->OnResumed(pos_.global_step);
+absl::StatusOr<std::string> TrainingRun::SyncState(bool live) {
+  // Who holds a state, and of which step: slot r is rank r's last
+  // optimizer step + 1 (0: none, a new rank).
+  const int world = comm_->world_size();
+  std::vector<int64_t> held(static_cast<size_t>(world), 0);
+  if (live) held[comm_->rank()] = last_opt_step_.global_step + 1;
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(held.data(), world, DType::kInt64, ReduceOp::kSum));
+  int source = -1;
+  for (int r = 0; r < world; ++r) {
+    if (held[r] > 0 && (source < 0 || held[r] > held[source])) source = r;
   }
+  if (source < 0) {
+    // Nobody holds one: a start, or every rank was lost. Rank 0's checkpoint.
+    absl::StatusOr<bool> resumed = Resume(config_, *comm_, params_, optimizer_, &pos_, warn_);
+    if (!resumed.ok()) return resumed.status();
+    CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(0));
+    last_opt_step_ = pos_;
+    return std::string(*resumed ? "checkpoint" : "none");
+  }
+  // The newest state any rank holds (a survivor that finished the
+  // interrupted step's all-reduce is ahead of one that did not: the step is
+  // complete there, and everyone takes it). Its parameters and optimizer
+  // change only at an optimizer step: last_opt_step_ is where they are.
+  int64_t meta[4] = {last_opt_step_.epoch, last_opt_step_.samples_in_epoch, last_opt_step_.global_step,
+                     last_opt_step_.opt_step};
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->Broadcast(meta, 4, DType::kInt64, source));
+  CPPTORCHRUN_RETURN_IF_ERROR(BroadcastOptimizerState(*comm_, params_, optimizer_, source));
+  CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(source));
+  pos_ = Position{meta[0], meta[1], meta[2], meta[3]};
+  last_opt_step_ = pos_;
+  return absl::StrCat("rank ", source);
+}
 
+absl::Status TrainingRun::MakeSampler() {
   SamplerOptions sampler_options;
   sampler_options.dataset_size = deps_.train->size();
-  sampler_options.world_size = comm_.world_size();
-  sampler_options.rank = comm_.rank();
+  sampler_options.world_size = comm_->world_size();
+  sampler_options.rank = comm_->rank();
   sampler_options.seed = config_.seed;
   sampler_options.drop_last = config_.drop_last;
   CPPTORCHRUN_RETURN_IF_ERROR(DistributedSampler::Validate(sampler_options, TorchRandperm));
   sampler_.emplace(sampler_options, TorchRandperm);
   full_epoch_steps_ = (sampler_->NumSamples(0) + config_.batch_size - 1) / config_.batch_size;
-  last_opt_step_ = pos_;
+  // The global batch is the world's: the linear scaling rule follows it.
+  schedule_.scale = int64_t{comm_->world_size()} * config_.grad_accum_steps;
+  metrics_.world_size = comm_->world_size();
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::Start() {
+  CPPTORCHRUN_RETURN_IF_ERROR(MakeDdp());
+  absl::StatusOr<std::string> from = SyncState(/*live=*/false);
+  if (!from.ok()) {
+    comm_failed_ = true;
+    return from.status();
+  }
+  if (*from == "checkpoint") {
+    metrics_.resumed_from_step = pos_.global_step;
+    for (TrainObserver* o : deps_.observers) o->OnResumed(pos_.global_step);
+  } else if (*from != "none" && deps_.on_state_received) {
+    deps_.on_state_received(pos_.global_step, *from);
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(MakeSampler());
   start_ = now_();
   cpu_start_ = ProcessCpuSeconds();
+  return absl::OkStatus();
+}
+
+bool TrainingRun::Recoverable() const {
+  return deps_.recover && comm_failed_ && pending_signal_ != SignalRequest::kCheckpointAndStop;
+}
+
+absl::Status TrainingRun::Recover(const absl::Status& failure) {
+  comm_failed_ = false;
+  // The interrupted batch is dropped: its gradients, its DDP state.
+  ddp_.reset();
+  for (torch::Tensor& p : params_) p.mutable_grad().reset();
+  pos_ = last_opt_step_;
+  absl::StatusOr<Communicator*> next = deps_.recover(failure);
+  if (!next.ok()) {
+    return absl::Status(failure.code(), absl::StrCat(failure.message(), "; no in-place recovery: ",
+                                                     next.status().message()));
+  }
+  comm_ = *next;
+  ++metrics_.recoveries;
+  CPPTORCHRUN_RETURN_IF_ERROR(MakeDdp());
+  absl::StatusOr<std::string> from = SyncState(/*live=*/true);
+  if (!from.ok()) {
+    comm_failed_ = true;  // a rank lost during the transfer: recover again
+    return from.status();
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(MakeSampler());
+  if (deps_.on_state_received) deps_.on_state_received(pos_.global_step, *from);
   return absl::OkStatus();
 }
 
@@ -448,6 +545,7 @@ absl::Status TrainingRun::RunEpoch() {
     const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
     absl::StatusOr<double> loss = TrainBatch(order_t.narrow(0, b * batch, len), plan, mode);
     if (!loss.ok()) {
+      comm_failed_ = true;
       SaveBeforeStopping();
       return loss.status();
     }
@@ -455,7 +553,7 @@ absl::Status TrainingRun::RunEpoch() {
     ++pos_.global_step;
     ++run_batches_;
     local_samples_ += len;
-    pos_.samples_in_epoch += batch * comm_.world_size();
+    pos_.samples_in_epoch += batch * comm_->world_size();
     Report(*loss, absl::MakeConstSpan(order.data() + b * batch, len), done_before + b + 1);
 
     if (config_.fail_after_steps > 0 && run_batches_ == config_.fail_after_steps) {
@@ -532,7 +630,7 @@ absl::StatusOr<double> TrainingRun::TrainBatch(const torch::Tensor& rows, const 
 
 void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t step_in_epoch) {
   StepReport report;
-  report.rank = comm_.rank();
+  report.rank = comm_->rank();
   report.epoch = pos_.epoch;
   report.epochs = config_.epochs;
   report.step_in_epoch = step_in_epoch;
@@ -544,15 +642,21 @@ void TrainingRun::Report(double loss, absl::Span<const int64_t> samples, int64_t
   report.compute_seconds = last_compute_seconds_;
   report.samples = samples;
   report.samples_per_s = report.elapsed_seconds > 0
-                             ? local_samples_ * comm_.world_size() / report.elapsed_seconds
+                             ? local_samples_ * comm_->world_size() / report.elapsed_seconds
                              : 0;
   for (TrainObserver* o : deps_.observers) o->OnStep(report);
 }
 
 absl::Status TrainingRun::Save(const Position& at) {
-  if (writer_ == nullptr) return absl::OkStatus();
+  // Rank 0 writes; after an in-place recovery that may be another process
+  // than at the start, so its writer is made when first needed.
+  if (comm_->rank() != 0 || config_.checkpoint_dir.empty()) return absl::OkStatus();
+  if (writer_ == nullptr) {
+    writer_ = std::make_unique<CheckpointWriter>(
+        CheckpointWriter::WriteTo(config_.checkpoint_dir, config_.keep_checkpoints));
+  }
   saved_step_ = at.global_step;
-  CheckpointState snapshot = Snapshot(params_, optimizer_, at, comm_.world_size(), config_);
+  CheckpointState snapshot = Snapshot(params_, optimizer_, at, comm_->world_size(), config_);
   const double start = now_();
   absl::Status submitted = writer_->Submit(at.global_step, std::move(snapshot));
   checkpoint_wait_seconds_ += now_() - start;
@@ -578,11 +682,11 @@ absl::Status TrainingRun::AgreeOnFigures(TrainMetrics& metrics) {
   // counts the process once per rank.
   double cpu_seconds = ProcessCpuSeconds() - cpu_start_;
   int64_t samples = local_samples_;
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&seconds, 1, DType::kFloat64, 0));
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(&samples, 1, DType::kInt64, ReduceOp::kSum));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->Broadcast(&seconds, 1, DType::kFloat64, 0));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(&cpu_seconds, 1, DType::kFloat64, ReduceOp::kSum));
   double loss = std::isnan(last_epoch_loss_) ? 0.0 : last_epoch_loss_;
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat64, ReduceOp::kAverage));
   metrics.samples = samples;
   metrics.train_seconds = seconds;
   metrics.samples_per_s = seconds > 0 ? samples / seconds : 0;
@@ -603,9 +707,9 @@ absl::Status TrainingRun::CompareReplicas(TrainMetrics& metrics) {
     }
   }
   int64_t root_hash = static_cast<int64_t>(hash);
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.Broadcast(&root_hash, 1, DType::kInt64, 0));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->Broadcast(&root_hash, 1, DType::kInt64, 0));
   int64_t differing = root_hash == static_cast<int64_t>(hash) ? 0 : 1;
-  CPPTORCHRUN_RETURN_IF_ERROR(comm_.AllReduce(&differing, 1, DType::kInt64, ReduceOp::kSum));
+  CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(&differing, 1, DType::kInt64, ReduceOp::kSum));
   metrics.parameters_fingerprint = absl::StrFormat("%016x", hash);
   metrics.replicas_differing = differing;
   return absl::OkStatus();
@@ -641,7 +745,7 @@ absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
   metrics.bytes_sent_per_step =
       ddp_stats.steps > 0 ? static_cast<double>(ddp_stats.bytes_sent) / ddp_stats.steps : 0;
   if (deps_.test != nullptr) {
-    absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, comm_);
+    absl::StatusOr<double> accuracy = Evaluate(model_, *deps_.test, *comm_);
     if (!accuracy.ok()) return accuracy.status();
     metrics.test_accuracy = *accuracy;
   }
@@ -660,8 +764,19 @@ absl::StatusOr<TrainMetrics> TrainingRun::Finish() {
 // Train without the exception boundary.
 absl::StatusOr<TrainMetrics> TrainThrowing(const TrainConfig& config, const TrainDeps& deps) {
   TrainingRun run(config, deps);
-  CPPTORCHRUN_RETURN_IF_ERROR(run.Start());
-  while (!run.Done()) CPPTORCHRUN_RETURN_IF_ERROR(run.RunEpoch());
+  absl::Status started = run.Start();
+  for (int i = 0; !started.ok() && run.Recoverable() && i < kMaxRecoveriesInARow; ++i) {
+    started = run.Recover(started);
+  }
+  CPPTORCHRUN_RETURN_IF_ERROR(started);
+  while (!run.Done()) {
+    absl::Status epoch = run.RunEpoch();
+    // A collective failed (a peer lost): the next round, in place.
+    for (int i = 0; !epoch.ok() && run.Recoverable() && i < kMaxRecoveriesInARow; ++i) {
+      epoch = run.Recover(epoch);
+    }
+    CPPTORCHRUN_RETURN_IF_ERROR(epoch);
+  }
   return run.Finish();
 }
 

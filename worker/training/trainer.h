@@ -90,6 +90,19 @@ struct TrainDeps {
   // returned: nothing trained before the signal is lost.
   std::function<SignalRequest()> signal_request;
   std::function<void(int64_t global_step, bool stopping)> on_signal_checkpoint;
+  // In-place recovery (docs/DESIGN.md, "In-place recovery"). When set, a
+  // batch whose collective fails does not end Train: `recover(failure)`
+  // returns the next round's communicator (borrowed; it replaces `comm`
+  // from then on, and the old one is never used again) or an error, which
+  // Train then fails with. Every rank of the new round takes the newest
+  // state any rank holds (a survivor's own, from memory), or rank 0's
+  // checkpoint when no rank holds one, and the rest of the epoch is
+  // re-sharded over the new world. Train calls no collective at start
+  // before that agreement, so a new rank meets its survivors there.
+  std::function<absl::StatusOr<Communicator*>(const absl::Status& failure)> recover;
+  // After each state transfer from a live rank (at start, or after a
+  // recovery): the step training goes on after and "rank R", the source.
+  std::function<void(int64_t global_step, const std::string& from)> on_state_received;
 };
 
 // Trains and evaluates. Collective: every rank calls it with the same

@@ -1,0 +1,96 @@
+#include "worker/agent/round_watch.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace cpptorchrun::worker {
+
+int64_t RoundOf(const std::map<std::string, std::string>& env) {
+  auto it = env.find(kRoundEnv);
+  int64_t round = -1;
+  if (it == env.end() || !absl::SimpleAtoi(it->second, &round) || round < 0) return -1;
+  return round;
+}
+
+RoundWatcher::RoundWatcher(AgentClient* client, const RoundWatchOptions& options,
+                           std::function<void(const std::string&)> on_changing)
+    : client_(client), options_(options), on_changing_(std::move(on_changing)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+RoundWatcher::~RoundWatcher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  client_->CancelWaits();
+  thread_.join();
+}
+
+void RoundWatcher::Loop() {
+  int64_t known = 0;
+  int failures = 0;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    agent_pb::RoundQuery query;
+    query.set_local_rank(options_.local_rank);
+    query.set_pid(options_.pid);
+    query.set_known_generation(known);
+    absl::StatusOr<agent_pb::RoundUpdate> got = client_->AwaitRound(query, options_.poll);
+    if (!got.ok()) {
+      if (absl::IsDeadlineExceeded(got.status())) {
+        failures = 0;
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      // No notices at this launcher, or it cannot be reached for long: the
+      // worker cannot recover in place.
+      if (absl::IsUnimplemented(got.status()) || absl::IsCancelled(got.status()) ||
+          ++failures >= options_.max_failures) {
+        ended_ = true;
+        end_ = std::string(got.status().message());
+        return;
+      }
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.retry);
+      continue;
+    }
+    failures = 0;
+    if (got->generation() <= known) continue;
+    known = got->generation();
+    const bool changing = got->state() == agent_pb::RoundUpdate::CHANGING ||
+                          got->state() == agent_pb::RoundUpdate::STOP;
+    {
+      absl::MutexLock lock(&mu_);
+      latest_ = *got;
+    }
+    if (changing && on_changing_) on_changing_(got->reason());
+  }
+}
+
+absl::StatusOr<std::map<std::string, std::string>> RoundWatcher::AwaitAssignment(int64_t after_round,
+                                                                                 absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_ || ended_ || latest_.state() == agent_pb::RoundUpdate::STOP) return true;
+    if (latest_.state() != agent_pb::RoundUpdate::ASSIGNED) return false;
+    std::map<std::string, std::string> env(latest_.env().begin(), latest_.env().end());
+    return RoundOf(env) > after_round;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("the launcher assigned no round after round ", after_round,
+                                                    " within ", absl::FormatDuration(timeout)));
+  }
+  if (latest_.state() == agent_pb::RoundUpdate::STOP) {
+    return absl::CancelledError(absl::StrCat("the launcher stops the group: ", latest_.reason()));
+  }
+  if (stopping_ || ended_) {
+    return absl::UnavailableError(absl::StrCat("the launcher cannot be asked for the next round: ", end_));
+  }
+  return std::map<std::string, std::string>(latest_.env().begin(), latest_.env().end());
+}
+
+}  // namespace cpptorchrun::worker

@@ -1,0 +1,134 @@
+// The round watcher against a scripted agent: CHANGING reaches the abort
+// callback from the watcher's thread, the assignment of a newer round reaches
+// AwaitAssignment, STOP and an agent without notices end the wait with why.
+#include "worker/agent/round_watch.h"
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace cpptorchrun::worker {
+namespace {
+
+// Answers AwaitRound from a script, one update per call once it is pushed;
+// an empty script waits (bounded by the call's wait) like the real service.
+class ScriptedAgent : public AgentClient {
+ public:
+  absl::StatusOr<agent_pb::HeartbeatAck> SendHeartbeat(const agent_pb::Heartbeat&) override {
+    return agent_pb::HeartbeatAck();
+  }
+  absl::Status SendEvent(const agent_pb::WorkerEvent&) override { return absl::OkStatus(); }
+  absl::StatusOr<agent_pb::RoundUpdate> AwaitRound(const agent_pb::RoundQuery& q, absl::Duration wait) override {
+    absl::MutexLock lock(&mu_);
+    queries_.push_back(q);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || !script_.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), wait)) return absl::DeadlineExceededError("wait");
+    if (cancelled_) return absl::CancelledError("cancelled");
+    absl::StatusOr<agent_pb::RoundUpdate> next = script_.front();
+    script_.pop_front();
+    return next;
+  }
+  void CancelWaits() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  void Push(absl::StatusOr<agent_pb::RoundUpdate> u) {
+    absl::MutexLock lock(&mu_);
+    script_.push_back(std::move(u));
+  }
+  std::vector<agent_pb::RoundQuery> queries() {
+    absl::MutexLock lock(&mu_);
+    return queries_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<absl::StatusOr<agent_pb::RoundUpdate>> script_ ABSL_GUARDED_BY(mu_);
+  std::vector<agent_pb::RoundQuery> queries_ ABSL_GUARDED_BY(mu_);
+};
+
+agent_pb::RoundUpdate Update(int64_t generation, agent_pb::RoundUpdate::State state, int64_t round = -1) {
+  agent_pb::RoundUpdate u;
+  u.set_generation(generation);
+  u.set_state(state);
+  u.set_reason("rank 1 failed");
+  if (round >= 0) (*u.mutable_env())[kRoundEnv] = std::to_string(round);
+  if (round >= 0) (*u.mutable_env())["RANK"] = "0";
+  return u;
+}
+
+TEST(RoundOf, ReadsTheRoundVariable) {
+  EXPECT_EQ(RoundOf({{kRoundEnv, "7"}}), 7);
+  EXPECT_EQ(RoundOf({}), -1);
+  EXPECT_EQ(RoundOf({{kRoundEnv, "x"}}), -1);
+  EXPECT_EQ(RoundOf({{kRoundEnv, "-2"}}), -1);
+}
+
+TEST(RoundWatcher, ChangingAbortsThenTheNewRoundIsHandedOver) {
+  ScriptedAgent agent;
+  absl::Notification aborted;
+  std::string why;
+  RoundWatchOptions options;
+  options.local_rank = 1;
+  options.pid = 42;
+  RoundWatcher watcher(&agent, options, [&](const std::string& reason) {
+    why = reason;
+    aborted.Notify();
+  });
+  agent.Push(Update(1, agent_pb::RoundUpdate::CHANGING));
+  ASSERT_TRUE(aborted.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(why, "rank 1 failed");
+  // An assignment of an older round is not this one's.
+  agent.Push(Update(2, agent_pb::RoundUpdate::ASSIGNED, 3));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(watcher.AwaitAssignment(3, absl::Milliseconds(300)).status()));
+  agent.Push(Update(3, agent_pb::RoundUpdate::ASSIGNED, 4));
+  absl::StatusOr<std::map<std::string, std::string>> env = watcher.AwaitAssignment(3, absl::Seconds(30));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("RANK"), "0");
+  // The queries name this worker and what it knows.
+  std::vector<agent_pb::RoundQuery> q = agent.queries();
+  ASSERT_GE(q.size(), 2u);
+  EXPECT_EQ(q[0].local_rank(), 1);
+  EXPECT_EQ(q[0].pid(), 42);
+  EXPECT_EQ(q[0].known_generation(), 0);
+  EXPECT_EQ(q[1].known_generation(), 1);
+}
+
+TEST(RoundWatcher, StopEndsTheWaitAsCancelled) {
+  ScriptedAgent agent;
+  int aborts = 0;
+  absl::Notification stopped;
+  RoundWatcher watcher(&agent, RoundWatchOptions{}, [&](const std::string&) {
+    ++aborts;
+    stopped.Notify();
+  });
+  agent.Push(Update(1, agent_pb::RoundUpdate::STOP));
+  absl::StatusOr<std::map<std::string, std::string>> env = watcher.AwaitAssignment(0, absl::Seconds(30));
+  EXPECT_TRUE(absl::IsCancelled(env.status())) << env.status();
+  ASSERT_TRUE(stopped.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(aborts, 1);
+}
+
+TEST(RoundWatcher, ALauncherWithoutNoticesEndsTheWatchSayingSo) {
+  ScriptedAgent agent;
+  RoundWatcher watcher(&agent, RoundWatchOptions{}, nullptr);
+  agent.Push(absl::UnimplementedError("this launcher recovers no worker in place"));
+  absl::StatusOr<std::map<std::string, std::string>> env = watcher.AwaitAssignment(0, absl::Seconds(30));
+  EXPECT_TRUE(absl::IsUnavailable(env.status())) << env.status();
+  EXPECT_NE(env.status().message().find("recovers no worker in place"), std::string::npos);
+}
+
+TEST(RoundWatcher, DestroyingItEndsAPollInFlight) {
+  ScriptedAgent agent;
+  RoundWatchOptions options;
+  options.poll = absl::Hours(1);
+  { RoundWatcher watcher(&agent, options, nullptr); }
+  SUCCEED();  // joined: CancelWaits ended the hour-long poll
+}
+
+}  // namespace
+}  // namespace cpptorchrun::worker
