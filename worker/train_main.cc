@@ -363,7 +363,7 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   // change aborts the collective in flight at once. Declared after what
   // its thread touches, so it is joined first.
   std::optional<RoundWatcher> watcher;
-  if (heartbeat.has_value()) {
+  if (heartbeat.has_value() && env->in_place) {
     RoundWatchOptions wo;
     wo.local_rank = env->local_rank;
     wo.pid = ::getpid();
@@ -371,8 +371,10 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   }
   TrainDeps deps;
   deps.comm = rounds[0].recorded.get();
-  deps.recover = [&](const absl::Status& failure) -> absl::StatusOr<Communicator*> {
-    if (!watcher.has_value()) return absl::UnavailableError("no launcher to assign a next round");
+  // Only under a launcher that keeps its workers through a round change
+  // (CPPTORCHRUN_RECOVERY=in_place); else a failed collective fails the
+  // worker, as under torchrun.
+  if (watcher.has_value()) deps.recover = [&](const absl::Status& failure) -> absl::StatusOr<Communicator*> {
     std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env->rank,
                  std::string(failure.message()).c_str());
     heartbeat->OnRecovering(std::string(failure.message()));

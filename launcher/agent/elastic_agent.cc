@@ -152,6 +152,7 @@ WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int local
   in.local_addr = host_;
   in.fake_gpus = o_.fake_gpus;
   in.virtual_local_rank = o_.virtual_local_rank;
+  in.in_place = o_.in_place && o_.notices != nullptr;
   return in;
 }
 
@@ -259,31 +260,13 @@ bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why) {
   }
   // The lost ones (failed, hung, replaced) are gone before their local
   // ranks start again.
-  auto lost_alive = [this] {
-    return std::any_of(workers_.begin(), workers_.end(),
-                       [](const Worker& w) { return !w.exited && (w.failure.has_value() || w.stopping); });
-  };
+  auto lost = [](const Worker& w) { return w.failure.has_value() || w.stopping; };
   for (Worker& w : workers_) {
-    if (w.exited || !(w.failure.has_value() || w.stopping)) continue;
+    if (w.exited || !lost(w)) continue;
     w.stopping = true;
     o_.processes->SignalGroup(w.pid, SIGKILL);
   }
-  const absl::Time deadline = o_.clock->Now() + kKillWait;
-  while (lost_alive() && o_.clock->Now() < deadline) {
-    for (const ProcessEvent& e : o_.processes->Wait(deadline)) {
-      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
-    }
-  }
-  for (Worker& w : workers_) {
-    if (w.exited || !(w.failure.has_value() || w.stopping)) continue;
-    const std::string state = o_.processes->State(w.pid);
-    spdlog::error("worker rank {} (local rank {}, pid {}) is still alive {} after SIGKILL, {}: going on without it",
-                  w.rank, w.local_rank, w.pid, absl::FormatDuration(kKillWait), state);
-    Event("worker_unkillable", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
-                                {"pid", int64_t{w.pid}}, {"state", state},
-                                {"waited_s", absl::ToDoubleSeconds(kKillWait)}});
-    w.exited = true;
-  }
+  AwaitKilled(lost);
   std::vector<int64_t> ranks;
   for (Worker& w : workers_) {
     if (w.exited || w.failure.has_value() || w.stopping) continue;
@@ -541,6 +524,34 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   }
 }
 
+void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) {
+  auto live = [this, &which] {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [&which](const Worker& w) { return !w.exited && w.pid > 0 && which(w); });
+  };
+  const absl::Time kill_deadline = o_.clock->Now() + kKillWait;
+  while (live() && o_.clock->Now() < kill_deadline) {
+    for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
+      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
+    }
+  }
+  // What SIGKILL did not end, the kernel holds (uninterruptible sleep: a
+  // driver, a hung file system): no signal ends it before the kernel lets
+  // go. Waiting on would wedge the launcher and the job with it, so it goes
+  // on without the worker, says where the kernel holds it, and reaps it
+  // (Wait reaps every child) if it ever ends.
+  for (Worker& w : workers_) {
+    if (w.exited || w.pid <= 0 || !which(w)) continue;
+    const std::string state = o_.processes->State(w.pid);
+    spdlog::error("worker rank {} (local rank {}, pid {}) is still alive {} after SIGKILL, {}: going on without it",
+                  w.rank, w.local_rank, w.pid, absl::FormatDuration(kKillWait), state);
+    Event("worker_unkillable", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
+                                {"pid", int64_t{w.pid}}, {"state", state},
+                                {"waited_s", absl::ToDoubleSeconds(kKillWait)}});
+    w.exited = true;
+  }
+}
+
 void ElasticAgent::StopWorkers(int signo, StopKind kind) {
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
@@ -573,27 +584,7 @@ void ElasticAgent::StopWorkers(int signo, StopKind kind) {
     // Also sweeps what is left of the group (the worker's own children).
     if (w.pid > 0) o_.processes->SignalGroup(w.pid, SIGKILL);
   }
-  const absl::Time kill_deadline = o_.clock->Now() + kKillWait;
-  while (live() && o_.clock->Now() < kill_deadline) {
-    for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
-      if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
-    }
-  }
-  // What SIGKILL did not end, the kernel holds (uninterruptible sleep: a
-  // driver, a hung file system): no signal ends it before the kernel lets
-  // go. Waiting on would wedge the launcher and the job with it, so it goes
-  // on without the worker, says where the kernel holds it, and reaps it
-  // (Wait reaps every child) if it ever ends.
-  for (Worker& w : workers_) {
-    if (w.exited || w.pid <= 0) continue;
-    const std::string state = o_.processes->State(w.pid);
-    spdlog::error("worker rank {} (local rank {}, pid {}) is still alive {} after SIGKILL, {}: going on without it",
-                  w.rank, w.local_rank, w.pid, absl::FormatDuration(kKillWait), state);
-    Event("worker_unkillable", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{w.local_rank}},
-                                {"pid", int64_t{w.pid}}, {"state", state},
-                                {"waited_s", absl::ToDoubleSeconds(kKillWait)}});
-    w.exited = true;
-  }
+  AwaitKilled([](const Worker&) { return true; });
   o_.processes->DrainOutput(absl::Now() + kDrainWait);
 }
 
@@ -868,6 +859,7 @@ void ElasticAgent::RecordRestartPhases(const rdzv::v1::Assignment& a) {
   if (o_.progress != nullptr) {
     rdzv::v1::RestartPhases phases;
     phases.set_cause(r.cause);
+    phases.set_path(r.path);
     phases.set_round(a.round());
     phases.set_total_s(s(started - r.detected));
     phases.set_detected_to_stopped_s(s(r.stopped - r.detected));

@@ -210,6 +210,10 @@ class ElasticAgent {
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo, StopKind kind);
+  // Waits (kKillWait at most) until the SIGKILLed workers `which` selects
+  // have exited; the ones the kernel still holds are gone on without
+  // (worker_unkillable).
+  void AwaitKilled(const std::function<bool(const Worker&)>& which);
   // In-place recovery: whether the group can keep its survivors through
   // this round change (nullopt: yes; else why not, for the events).
   std::optional<std::string> WhyNotInPlace() const;

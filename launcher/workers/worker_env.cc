@@ -28,7 +28,7 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   std::map<std::string, std::string> env = in.base;
   // Variables of an outer launcher must not leak into ours.
   for (const char* stale : {"CPPTORCHRUN_FAKE_GPU", "CPPTORCHRUN_FAKE_GPUS", "CPPTORCHRUN_AGENT_SOCKET",
-                            "CPPTORCHRUN_WORKER_TIMEOUT_S",
+                            "CPPTORCHRUN_WORKER_TIMEOUT_S", "CPPTORCHRUN_RECOVERY",
                             "CPPTORCHRUN_RDZV_ENDPOINT", "CPPTORCHRUN_RDZV_ROUND", "CPPTORCHRUN_RDZV_CERT_FILE", "CPPTORCHRUN_RDZV_KEY_FILE",
                             "CPPTORCHRUN_RDZV_TOKEN_FILE", "CPPTORCHRUN_RDZV_CA_FILE", "CPPTORCHRUN_LOCAL_ADDR",
                             "TORCHELASTIC_ERROR_FILE"}) {
@@ -62,6 +62,7 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   if (!in.rdzv_key_file.empty()) env["CPPTORCHRUN_RDZV_KEY_FILE"] = in.rdzv_key_file;
   if (!in.agent_socket.empty()) {
     env["CPPTORCHRUN_AGENT_SOCKET"] = in.agent_socket;
+    if (in.in_place) env["CPPTORCHRUN_RECOVERY"] = "in_place";
     if (in.worker_timeout > absl::ZeroDuration()) {
       env["CPPTORCHRUN_WORKER_TIMEOUT_S"] = absl::StrCat(absl::ToDoubleSeconds(in.worker_timeout));
     }

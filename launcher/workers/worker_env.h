@@ -48,6 +48,11 @@ struct WorkerEnvInputs {
   // of the launcher's CUDA_VISIBLE_DEVICES, else device local_rank), so each
   // worker sees its GPU as device 0.
   bool virtual_local_rank = false;
+  // --recovery in_place: CPPTORCHRUN_RECOVERY=in_place tells a worker that
+  // can recover in place that its launcher will keep it through a round
+  // change (docs/DESIGN.md); without it a worker whose collective fails
+  // fails, as under torchrun.
+  bool in_place = false;
 };
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in);

@@ -62,6 +62,14 @@ TEST(WorkerEnv, OwnVariables) {
   // No --fake_gpus: an inherited fake GPU index must not leak through.
   EXPECT_EQ(env.count("CPPTORCHRUN_FAKE_GPU"), 0u);
   EXPECT_EQ(env.count("CPPTORCHRUN_FAKE_GPUS"), 0u);
+  EXPECT_EQ(env.count("CPPTORCHRUN_RECOVERY"), 0u) << "gang: workers are not told to wait";
+  WorkerEnvInputs in_place = Inputs();
+  in_place.in_place = true;
+  EXPECT_EQ(BuildWorkerEnv(in_place).at("CPPTORCHRUN_RECOVERY"), "in_place");
+  // An outer launcher's does not leak through.
+  WorkerEnvInputs inherited = Inputs();
+  inherited.base["CPPTORCHRUN_RECOVERY"] = "in_place";
+  EXPECT_EQ(BuildWorkerEnv(inherited).count("CPPTORCHRUN_RECOVERY"), 0u);
 }
 
 TEST(WorkerEnv, FakeGpus) {

@@ -90,6 +90,13 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
       !s.ok()) {
     return s;
   }
+  if (const char* recovery = lookup("CPPTORCHRUN_RECOVERY"); recovery != nullptr && *recovery != '\0') {
+    if (std::string(recovery) != "in_place" && std::string(recovery) != "gang") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CPPTORCHRUN_RECOVERY=", recovery, " is neither in_place nor gang"));
+    }
+    env.in_place = std::string(recovery) == "in_place";
+  }
   env.rank = static_cast<int>(rank);
   env.local_rank = static_cast<int>(local_rank);
   env.world_size = static_cast<int>(world);

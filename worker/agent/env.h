@@ -45,6 +45,9 @@ struct WorkerEnv {
   // How long the worker heartbeats without a completed step
   // (CPPTORCHRUN_WORKER_TIMEOUT_S, seconds, the launcher's --worker_timeout).
   absl::Duration worker_timeout = absl::Seconds(300);
+  // CPPTORCHRUN_RECOVERY=in_place: the launcher keeps this worker through a
+  // round change when its collective fails (docs/DESIGN.md).
+  bool in_place = false;
 };
 
 // Returns the value of a variable, or nullptr when unset.

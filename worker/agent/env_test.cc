@@ -67,6 +67,14 @@ TEST(WorkerEnv, ReadsTheLauncherEnvironment) {
   EXPECT_EQ(env->worker_timeout, absl::Milliseconds(7500));
 }
 
+TEST(WorkerEnv, RecoveryInPlaceOnlyWhenTheLauncherSaysSo) {
+  EXPECT_FALSE(Parse({})->in_place);
+  EXPECT_TRUE(Parse({{"CPPTORCHRUN_RECOVERY", "in_place"}})->in_place);
+  EXPECT_FALSE(Parse({{"CPPTORCHRUN_RECOVERY", "gang"}})->in_place);
+  EXPECT_THAT(Parse({{"CPPTORCHRUN_RECOVERY", "inplace"}}).status().message(),
+              HasSubstr("CPPTORCHRUN_RECOVERY=inplace"));
+}
+
 TEST(WorkerEnv, BadValuesAreNamed) {
   EXPECT_THAT(Parse({{"RANK", "x"}}).status().message(), HasSubstr("RANK='x'"));
   EXPECT_THAT(Parse({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).status().message(),
