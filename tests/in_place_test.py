@@ -7,10 +7,15 @@ of the epoch is re-sharded so that every sample is trained on exactly once.
 
 1. One node, 2 workers on fake GPUs, launched as a user types it
    (`--standalone`); an undisturbed run of the same job is the accuracy
-   reference.
+   reference. The same on the CPU backends (shared memory, Gloo).
 2. Two hosts (network namespaces with their own hostnames), 2 workers each,
    the endpoint by host 0's name, no --local_addr; a worker on host 1 is
    killed: both nodes' survivors stay, a new round forms, the job finishes.
+3. A worker stopped with SIGSTOP: found hung, killed, recovered in place.
+4. Ten kills in a row, each after the previous recovery trained.
+5. `--nnodes 1:2`: host 1 lost whole (launcher and workers SIGKILLed), host
+   0's workers go on at world 2; and host 1 joining a running host 0: host
+   0's workers go on at world 4 without restarting.
 """
 import collections
 import json
@@ -22,7 +27,7 @@ from tests import harness
 from tests import jobs
 
 SAMPLES = 16384
-TRAIN = ["--epochs", "1", "--limit", str(SAMPLES), "--progress", "lines", "--heartbeat_interval", "0.2"]
+TRAIN = ["--limit", str(SAMPLES), "--progress", "lines", "--heartbeat_interval", "0.2"]
 TOLERANCE = 0.005  # test accuracy, absolute (0.5 points)
 PORT = 29400
 
@@ -39,14 +44,23 @@ def sample_lines(folder):
 
 
 def launcher_events(log_root):
-    """The event logs of every launcher under --log_dir, by folder."""
+    """The event logs of every launcher under --log_dir, by folder (none
+    before the launcher has made its folder)."""
     out = {}
+    if not os.path.isdir(log_root):
+        return out
     for name in sorted(os.listdir(log_root)):
         path = os.path.join(log_root, name, "events.jsonl")
         if os.path.exists(path):
             with open(path) as f:
                 out[name] = [json.loads(line) for line in f if line.endswith("\n")]
     return out
+
+
+def node_events(folder):
+    """The events of the one launcher whose --log_dir is under `folder`
+    (see job()); [] before it has written any."""
+    return next(iter(launcher_events(os.path.join(folder, "logs")).values()), [])
 
 
 def named(events, name):
@@ -57,16 +71,17 @@ class InPlaceRecoveryTest(unittest.TestCase):
     def setUp(self):
         self.work = jobs.work_dir(self, "cpt-inplace-")
 
-    def job(self, host, name, launcher_args, extra=()):
+    def job(self, host, name, launcher_args, extra=(), epochs=1):
         """One launcher of a job on `host`: its process, metrics file, sample log folder."""
         folder = os.path.join(self.work, name)
         os.makedirs(folder, exist_ok=True)
         metrics = os.path.join(self.work, name + "-metrics.json")
         samples = os.path.join(self.work, name + "-samples")
-        argv = [harness.binary(jobs.LAUNCHER)] + launcher_args + [
-            "--nproc_per_node", "2", "--fake_gpus", "2", "--max_restarts", "3",
-            "--log_dir", os.path.join(folder, "logs"), "--tee", "3",
-            harness.binary(jobs.TRAIN), "--metrics_json", metrics, "--sample_log", samples] + TRAIN + list(extra)
+        # The scenario's own launcher flags last: they win over these.
+        argv = [harness.binary(jobs.LAUNCHER), "--nproc_per_node", "2", "--fake_gpus", "2", "--max_restarts", "3",
+                "--log_dir", os.path.join(folder, "logs"), "--tee", "3"] + launcher_args + [
+            harness.binary(jobs.TRAIN), "--metrics_json", metrics, "--sample_log", samples,
+            "--epochs", str(epochs)] + TRAIN + list(extra)
         proc = host.spawn(argv, log=os.path.join(folder, "launcher.log"))
         return proc, metrics, samples, folder
 
@@ -74,17 +89,22 @@ class InPlaceRecoveryTest(unittest.TestCase):
         with open(os.path.join(folder, "launcher.log"), errors="replace") as f:
             return f.read()[-6000:]
 
-    def assert_every_sample_once(self, *sample_folders):
-        merged = os.path.join(self.work, "samples-merged")
-        os.makedirs(merged, exist_ok=True)
+    def assert_every_sample_once(self, *sample_folders, rounds=2, epochs=1):
+        """Every epoch trained on each sample exactly once, over `rounds`
+        rounds that trained (the first and one per recovery)."""
+        merged = os.path.join(self.work, "samples-merged-%d" % len(os.listdir(self.work)))
+        os.makedirs(merged)
         for folder in sample_folders:
             for name in os.listdir(folder):
                 os.link(os.path.join(folder, name), os.path.join(merged, name))
-        counts, kept = jobs.epoch_coverage(merged, 0)
-        self.assertEqual(len(kept), 2, kept)  # the first round and the one after the kill
-        twice = {i: n for i, n in counts.items() if n != 1}
-        self.assertEqual(twice, {}, "samples trained on more than once")
-        self.assertEqual(sorted(counts), list(range(SAMPLES)), "samples never trained on")
+        trained = set()
+        for epoch in range(epochs):
+            counts, kept = jobs.epoch_coverage(merged, epoch)
+            trained.update(r for r, _, _, batches in kept if batches)
+            twice = {i: n for i, n in counts.items() if n != 1}
+            self.assertEqual(twice, {}, "epoch %d: samples trained on more than once" % epoch)
+            self.assertEqual(sorted(counts), list(range(SAMPLES)), "epoch %d: samples never trained on" % epoch)
+        self.assertEqual(len(trained), rounds, trained)
 
     def test_a_killed_worker_on_one_node_is_healed_from_its_peer(self):
         cluster = harness.Cluster(1)
@@ -97,7 +117,7 @@ class InPlaceRecoveryTest(unittest.TestCase):
 
         proc, metrics, samples, folder = self.job(host, "killed", ["--standalone", "--recovery", "in_place"])
         harness.wait_for(lambda: sample_lines(samples) >= 40, 300, "20 steps of both ranks")
-        events = lambda: list(launcher_events(os.path.join(folder, "logs")).values())[0]
+        events = lambda: node_events(folder)
         first = named(events(), "workers_started")[0]["pids"]
         os.kill(first[1], signal.SIGKILL)
         self.assertEqual(proc.wait(timeout=600), 0, self.text(folder))
@@ -123,6 +143,127 @@ class InPlaceRecoveryTest(unittest.TestCase):
         self.assert_every_sample_once(samples)
         self.assertEqual(jobs.children(proc.pid), [])
 
+    def one_node_kill(self, name, extra=(), kill=signal.SIGKILL):
+        """One node of 2 workers; `kill` sent to local rank 1 after 20 steps;
+        returns (its events, metrics, the first pids, sample folder)."""
+        cluster = harness.Cluster(1)
+        self.addCleanup(cluster.close)
+        proc, metrics, samples, folder = self.job(cluster.hosts[0], name,
+                                                  ["--standalone", "--recovery", "in_place"], extra)
+        harness.wait_for(lambda: sample_lines(samples) >= 40, 300, "20 steps of both ranks")
+        events = lambda: node_events(folder)
+        first = named(events(), "workers_started")[0]["pids"]
+        os.kill(first[1], kill)
+        self.assertEqual(proc.wait(timeout=600), 0, self.text(folder))
+        self.assertEqual(jobs.children(proc.pid), [])
+        return events(), jobs.read_metrics(metrics), first, samples
+
+    def assert_survivor_kept(self, ev, first):
+        started = [e["pids"] for e in named(ev, "workers_started")]
+        self.assertEqual(len(started), 2, ev)
+        self.assertEqual(started[1][0], first[0], "the survivor kept its process")
+        self.assertNotEqual(started[1][1], first[1])
+        self.assertEqual([r["path"] for r in named(ev, "recovered")], ["in_place"], ev)
+
+    def test_the_cpu_backends_recover_in_place(self):
+        for backend in ("shm", "gloo"):
+            with self.subTest(backend=backend):
+                ev, m, first, samples = self.one_node_kill("backend-" + backend,
+                                                           ["--backend", backend])
+                self.assert_survivor_kept(ev, first)
+                self.assertEqual((m["backend"], m["recoveries"]), (backend, 1))
+                self.assertEqual(m["replicas_differing"], 0)
+                self.assert_every_sample_once(samples)
+
+    def test_a_stopped_worker_is_found_hung_and_recovered_in_place(self):
+        ev, m, first, samples = self.one_node_kill("stopped", kill=signal.SIGSTOP)
+        hangs = named(ev, "hang_detected")
+        self.assertEqual([h["culprit_ranks"] for h in hangs], [[1]], ev)
+        self.assert_survivor_kept(ev, first)
+        self.assertEqual(m["recoveries"], 1)
+        self.assert_every_sample_once(samples)
+
+    def test_ten_kills_in_a_row(self):
+        cluster = harness.Cluster(1)
+        self.addCleanup(cluster.close)
+        proc, metrics, samples, folder = self.job(
+            cluster.hosts[0], "ten", ["--standalone", "--recovery", "in_place", "--max_restarts", "10"],
+            epochs=4)
+        events = lambda: node_events(folder)
+        harness.wait_for(lambda: sample_lines(samples) >= 20, 300, "10 steps of both ranks")
+        first = named(events(), "workers_started")[0]["pids"]
+        for kill in range(10):
+            # The newest local rank 1, once the job trained after the last
+            # recovery (its recovered event: every worker made a step).
+            harness.wait_for(lambda: len(named(events(), "recovered")) >= kill or proc.poll() is not None, 300,
+                             "recovery %d" % kill)
+            self.assertIsNone(proc.poll(), "the job ended after %d kills:\n%s" % (kill, self.text(folder)))
+            victim = named(events(), "workers_started")[-1]["pids"][1]
+            os.kill(victim, signal.SIGKILL)
+        self.assertEqual(proc.wait(timeout=900), 0, self.text(folder))
+        ev = events()
+        self.assertEqual([r["path"] for r in named(ev, "recovered")], ["in_place"] * 10, ev)
+        self.assertEqual({e["pids"][0] for e in named(ev, "workers_started")}, {first[0]},
+                         "local rank 0 kept its process through every kill")
+        m = jobs.read_metrics(metrics)
+        self.assertEqual((m["recoveries"], m["restart_count"], m["replicas_differing"]), (10, 0, 0))
+        self.assert_every_sample_once(samples, rounds=11, epochs=4)
+
+    def two_hosts(self, extra_job=()):
+        ok, why = harness.netns_available()
+        if not ok:
+            self.skipTest("needs network namespaces (hosts with their own addresses and names): " + why)
+        cluster = harness.Cluster(2, use_netns=True)
+        self.addCleanup(cluster.close)
+        job = ["--rdzv_backend", "c10d", "--rdzv_endpoint", "%s:%d" % (cluster.hosts[0].name, PORT),
+               "--rdzv_id", "inplace", "--recovery", "in_place"] + list(extra_job)
+        return cluster, job
+
+    def test_a_lost_node_leaves_the_other_going_on_at_the_smaller_world(self):
+        cluster, job = self.two_hosts(["--nnodes", "1:2"] + jobs.fast_rdzv_conf())
+        nodes = [self.job(h, "lost%d" % i, job, epochs=2) for i, h in enumerate(cluster.hosts)]
+
+        def events(i):
+            return node_events(nodes[i][3])
+        harness.wait_for(lambda: all(named(events(i), "round_joined") for i in range(2)) and
+                         named(events(0), "round_joined")[-1]["world_size"] == 4, 300, "a round of both hosts")
+        harness.wait_for(lambda: sum(sample_lines(n[2]) for n in nodes) >= 40, 300, "10 steps of every rank")
+        first = named(events(0), "workers_started")[-1]["pids"]
+        # Host 1 dies whole: its launcher and its workers.
+        victims = [nodes[1][0].pid] + named(events(1), "workers_started")[-1]["pids"]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        nodes[1][0].wait(timeout=60)
+        self.assertEqual(nodes[0][0].wait(timeout=600), 0, self.text(nodes[0][3]))
+        ev0 = events(0)
+        self.assertEqual({tuple(e["pids"]) for e in named(ev0, "workers_started")}, {tuple(first)}, ev0)
+        self.assertEqual([r["path"] for r in named(ev0, "recovered")], ["in_place"], ev0)
+        self.assertEqual(named(ev0, "round_joined")[-1]["world_size"], 2, ev0)
+        m = jobs.read_metrics(nodes[0][1])
+        self.assertEqual((m["world_size"], m["recoveries"]), (2, 1))
+        self.assert_every_sample_once(nodes[0][2], nodes[1][2], epochs=2)
+
+    def test_a_node_joining_mid_epoch_restarts_nobody(self):
+        cluster, job = self.two_hosts(["--nnodes", "1:2"] + jobs.fast_rdzv_conf())
+        first_node = self.job(cluster.hosts[0], "join0", job, epochs=2)
+
+        def events(node):
+            return node_events(node[3])
+        harness.wait_for(lambda: sample_lines(first_node[2]) >= 20, 300, "10 steps of host 0 alone")
+        first = named(events(first_node), "workers_started")[0]["pids"]
+        second_node = self.job(cluster.hosts[1], "join1", job, epochs=2)
+        for node in (first_node, second_node):
+            self.assertEqual(node[0].wait(timeout=600), 0, self.text(node[3]))
+        ev0 = events(first_node)
+        self.assertEqual({tuple(e["pids"]) for e in named(ev0, "workers_started")}, {tuple(first)}, ev0)
+        self.assertEqual([r["path"] for r in named(ev0, "recovered")], ["in_place"], ev0)
+        self.assertEqual([r["world_size"] for r in named(ev0, "round_joined")], [2, 4], ev0)
+        self.assertEqual(named(ev0, "worker_failed"), [], ev0)
+        metrics = [jobs.read_metrics(n[1]) for n in (first_node, second_node) if os.path.exists(n[1])]
+        self.assertEqual(len(metrics), 1)
+        self.assertEqual((metrics[0]["world_size"], metrics[0]["recoveries"]), (4, 1))
+        self.assert_every_sample_once(first_node[2], second_node[2], epochs=2)
+
     def test_a_killed_worker_on_the_second_host_leaves_both_hosts_survivors_running(self):
         ok, why = harness.netns_available()
         if not ok:
@@ -136,7 +277,7 @@ class InPlaceRecoveryTest(unittest.TestCase):
         harness.wait_for(lambda: sum(sample_lines(s) for s in samples) >= 40, 300, "10 steps of every rank")
 
         def events(i):
-            return list(launcher_events(os.path.join(nodes[i][3], "logs")).values())[0]
+            return node_events(nodes[i][3])
         first = [named(events(i), "workers_started")[0]["pids"] for i in range(2)]
         os.kill(first[1][1], signal.SIGKILL)
         for proc, _, _, folder in nodes:

@@ -124,6 +124,9 @@ class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void OnStep(const StepReport& report) {}
+  // Before a batch is trained: its global step (the one it will be),
+  // epoch and samples (the other fields are not filled).
+  virtual void OnBatchStart(const StepReport& batch) {}
   virtual void OnResumed(int64_t global_step) {}
   virtual void OnFinished(const TrainMetrics& metrics) {}
 };

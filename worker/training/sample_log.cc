@@ -57,7 +57,7 @@ void SampleLog::Write(const std::string& line) {
 
 void SampleLog::OnResumed(int64_t global_step) { Write(absl::StrCat("# resumed ", global_step, "\n")); }
 
-void SampleLog::OnStep(const StepReport& report) {
+void SampleLog::OnBatchStart(const StepReport& report) {
   std::string line = absl::StrCat(report.global_step, " ", report.epoch);
   for (int64_t i : report.samples) absl::StrAppend(&line, " ", i);
   line += '\n';

@@ -8,6 +8,11 @@
 //   # resumed S                      (when the run restored a checkpoint)
 //   <global step> <epoch> <index> <index> ...   (one line per batch)
 // Each line goes out in one write(2), so a killed worker leaves whole lines.
+// A line is written as its batch starts: a batch whose step the job kept
+// (an in-place recovery goes on from the newest step any survivor
+// completed) is logged even when its rank died right after the step; a
+// batch never completed is past the next round's resume point, which
+// epoch_coverage leaves out.
 #ifndef CPPTORCHRUN_WORKER_TRAINING_SAMPLE_LOG_H_
 #define CPPTORCHRUN_WORKER_TRAINING_SAMPLE_LOG_H_
 
@@ -31,7 +36,7 @@ class SampleLog : public TrainObserver {
   SampleLog& operator=(const SampleLog&) = delete;
 
   void OnResumed(int64_t global_step) override;
-  void OnStep(const StepReport& report) override;
+  void OnBatchStart(const StepReport& report) override;
 
   // In-place recovery: this process goes on as rank `rank` of round
   // `round`; its lines go to that round's file from now on.

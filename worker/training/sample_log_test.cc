@@ -35,11 +35,11 @@ TEST(SampleLog, WritesHeaderResumeAndOneLinePerBatch) {
   r.global_step = 18;
   r.epoch = 0;
   r.samples = indices;
-  (*log)->OnStep(r);
+  (*log)->OnBatchStart(r);
   r.global_step = 19;
   r.epoch = 1;
   r.samples = absl::MakeConstSpan(indices).subspan(1);
-  (*log)->OnStep(r);
+  (*log)->OnBatchStart(r);
   EXPECT_EQ(ReadFile((*log)->path()),
             "# round 3 rank 1 world 4\n# resumed 17\n18 0 5 9 2\n19 1 9 2\n");
 }

@@ -543,6 +543,14 @@ absl::Status TrainingRun::RunEpoch() {
     const int64_t len = std::min(batch, local - b * batch);
     const BatchPlan plan = PlanBatch(b, batches, config_.grad_accum_steps);
     const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
+    if (!deps_.observers.empty()) {
+      StepReport starting;
+      starting.rank = comm_->rank();
+      starting.epoch = pos_.epoch;
+      starting.global_step = pos_.global_step + 1;
+      starting.samples = absl::MakeConstSpan(order.data() + b * batch, len);
+      for (TrainObserver* o : deps_.observers) o->OnBatchStart(starting);
+    }
     absl::StatusOr<double> loss = TrainBatch(order_t.narrow(0, b * batch, len), plan, mode);
     if (!loss.ok()) {
       comm_failed_ = true;
