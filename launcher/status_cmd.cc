@@ -90,8 +90,8 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
   for (const auto& n : st.nodes()) {
     if (!n.has_last_restart() || n.last_restart().cause().empty()) continue;
     if (!header) {
-      absl::StrAppendFormat(&out, "\n%-5s %-14s %-6s %-9s %-9s %-12s %-9s %-8s %-12s %-12s %s\n", "NODE",
-                            "LAST_RESTART", "ROUND", "TOTAL_S", "STOP_S", "RENDEZVOUS_S", "START_S", "COMM_S",
+      absl::StrAppendFormat(&out, "\n%-5s %-14s %-9s %-6s %-9s %-9s %-12s %-9s %-8s %-12s %-12s %s\n", "NODE",
+                            "LAST_RESTART", "PATH", "ROUND", "TOTAL_S", "STOP_S", "RENDEZVOUS_S", "START_S", "COMM_S",
                             "CHECKPOINT_S", "FIRST_STEP_S", "TO_FIRST_STEP_S");
       header = true;
     }
@@ -101,8 +101,9 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
     auto workers = [&r](double v) {
       return r.total_to_first_step_s() > 0 ? absl::StrFormat("%.3f", v) : std::string("-");
     };
-    absl::StrAppendFormat(&out, "%-5d %-14s %-6d %-9.3f %-9.3f %-12.3f %-9.3f %-8s %-12s %-12s %s\n",
-                          n.participant().group_rank(), base::Printable(r.cause()), r.round(), r.total_s(),
+    absl::StrAppendFormat(&out, "%-5d %-14s %-9s %-6d %-9.3f %-9.3f %-12.3f %-9.3f %-8s %-12s %-12s %s\n",
+                          n.participant().group_rank(), base::Printable(r.cause()),
+                          r.path().empty() ? std::string("gang") : base::Printable(r.path()), r.round(), r.total_s(),
                           r.detected_to_stopped_s(), r.stopped_to_joined_s(), r.joined_to_started_s(),
                           workers(r.started_to_comm_ready_s()), workers(r.comm_ready_to_restored_s()),
                           workers(r.restored_to_first_step_s()), workers(r.total_to_first_step_s()));
@@ -132,7 +133,9 @@ std::string FormatStatusJson(const rdzv::v1::RunStatusResponse& st) {
                     ", \"keepalive_age_ms\": ", JsonNumber(n.heartbeat_age_ms()), ", \"last_restart\": ");
     if (n.has_last_restart() && !n.last_restart().cause().empty()) {
       const auto& r = n.last_restart();
-      absl::StrAppend(&out, "{\"cause\": ", JsonString(r.cause()), ", \"round\": ", JsonNumber(r.round()),
+      absl::StrAppend(&out, "{\"cause\": ", JsonString(r.cause()),
+                      ", \"path\": ", JsonString(r.path().empty() ? std::string("gang") : r.path()),
+                      ", \"round\": ", JsonNumber(r.round()),
                       ", \"total_s\": ", JsonNumber(r.total_s()),
                       ", \"detected_to_stopped_s\": ", JsonNumber(r.detected_to_stopped_s()),
                       ", \"stopped_to_joined_s\": ", JsonNumber(r.stopped_to_joined_s()),

@@ -125,8 +125,10 @@ TEST(StatusTable, NodesAndRanks) {
   st.set_server_store_budget(1 << 30);
   t = FormatStatusTable(st);
   EXPECT_THAT(t, HasSubstr("LAST_RESTART"));
-  EXPECT_THAT(t, ::testing::ContainsRegex("1 +worker_failed +3 +0\\.250 +0\\.050 +0\\.125 +0\\.075 +- +- +- +-"))
+  EXPECT_THAT(t, ::testing::ContainsRegex("1 +worker_failed +gang +3 +0\\.250 +0\\.050 +0\\.125 +0\\.075 +- +- +- +-"))
       << "the workers' part is '-' until every worker made its first step";
+  last->set_path("in_place");
+  EXPECT_THAT(FormatStatusTable(st), ::testing::ContainsRegex("1 +worker_failed +in_place +3 +0\\.250"));
   last->set_started_to_comm_ready_s(0.5);
   last->set_comm_ready_to_restored_s(0.125);
   last->set_restored_to_first_step_s(0.0625);
@@ -194,6 +196,7 @@ TEST(StatusJson, TheDocumentedSchema) {
   EXPECT_EQ(Field(n1, "keepalive_age_ms").number_value(), 200);
   const Struct& last = Field(n1, "last_restart").struct_value();
   EXPECT_EQ(Field(last, "cause").string_value(), "worker_failed");
+  EXPECT_EQ(Field(last, "path").string_value(), "gang") << "a launcher that says no path restarted whole";
   EXPECT_EQ(Field(last, "round").number_value(), 2);
   EXPECT_EQ(Field(last, "total_s").number_value(), 0.25);
   EXPECT_EQ(Field(last, "detected_to_stopped_s").number_value(), 0.05);

@@ -50,7 +50,8 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
                       ",\"started_to_comm_ready_s\":", base::JsonNumber(r.started_to_comm_ready_s()),
                       ",\"comm_ready_to_restored_s\":", base::JsonNumber(r.comm_ready_to_restored_s()),
                       ",\"restored_to_first_step_s\":", base::JsonNumber(r.restored_to_first_step_s()),
-                      ",\"total_to_first_step_s\":", base::JsonNumber(r.total_to_first_step_s()), "}");
+                      ",\"total_to_first_step_s\":", base::JsonNumber(r.total_to_first_step_s()),
+                      ",\"path\":", base::JsonString(r.path().empty() ? std::string("gang") : r.path()), "}");
     } else {
       out += "null";
     }
@@ -128,7 +129,7 @@ absl::string_view RunPageHtml() {
 <p>Waiting: <span id="waiting">none</span></p>
 <p>Kept out (quarantined): <span id="quarantined">none</span></p>
 <h2>Restarts</h2>
-<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>in the launcher</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
+<table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>path</th><th>in the launcher</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
 <h2>Loss</h2><svg id="loss" class="chart" viewBox="0 0 600 200"></svg>
 <h2>Samples/s</h2><svg id="speed" class="chart" viewBox="0 0 600 200"></svg>
 <p id="legend"></p>
@@ -246,7 +247,7 @@ constexpr char kScriptRender[] = R"JS(function renderRun(s) {
     const row = document.createElement('tr');
     row.className = 'restart';
     row.dataset.cause = r.cause;
-    cell(row, r.node); cell(row, r.round); cell(row, r.cause, 'text');
+    cell(row, r.node); cell(row, r.round); cell(row, r.cause, 'text'); cell(row, r.path || 'gang', 'text');
     cell(row, fmt(r.total_s, 2) + ' s'); cell(row, fmt(r.detected_to_stopped_s, 2) + ' s');
     cell(row, fmt(r.stopped_to_joined_s, 2) + ' s'); cell(row, fmt(r.joined_to_started_s, 2) + ' s');
     // The workers' part: known once every worker of the node made its first step.

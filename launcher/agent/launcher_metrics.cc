@@ -89,6 +89,9 @@ void MetricsEventLog::Record(absl::string_view event, std::vector<EventField> fi
         c.last_restart_phases[phase] = DoubleField(fields, phase);
       }
       c.last_restart_phases["total_to_first_step_s"] = DoubleField(fields, "total_s");
+    } else if (event == "recovered") {
+      // Every recovery once complete, by the path it took (docs/DESIGN.md).
+      ++c.recoveries[StringField(fields, "path") == "in_place" ? "in_place" : "gang"];
     } else if (event == "round_ended") {
       ++c.round_ends;
     } else if (event == "restart") {
@@ -178,6 +181,14 @@ void AppendLauncherMetrics(const LauncherCounters& c, const std::vector<RankRepo
   for (const char* cause : {"worker_failed", "membership", "other"}) {
     auto it = c.restarts.find(cause);
     restarts.Add({{"cause", cause}}, it == c.restarts.end() ? 0 : it->second);
+  }
+  auto& recoveries = out->Get("cpptorchrun_launcher_recoveries_total",
+                              "Recoveries of this node's workers completed (every worker made its next step), by "
+                              "path: in_place (the survivors kept running) or gang (the whole group restarted).",
+                              Type::kCounter);
+  for (const char* path : {"in_place", "gang"}) {
+    auto it = c.recoveries.find(path);
+    recoveries.Add({{"path", path}}, it == c.recoveries.end() ? 0 : it->second);
   }
   out->Get("cpptorchrun_launcher_restart_duration_seconds",
            "Each restart's time in the launcher, from the failure's detection to the new workers' start.",

@@ -35,6 +35,7 @@ struct LauncherCounters {
   // (kind, value): ("code", "1"), ("signal", "SIGKILL"), ("hung", "").
   std::map<std::pair<std::string, std::string>, int64_t> worker_failures;
   std::map<std::string, int64_t> restarts;  // by cause
+  std::map<std::string, int64_t> recoveries;  // by path (in_place, gang)
   std::map<std::string, double> last_restart_phases;  // phase -> seconds
   base::prom::HistogramData restart_seconds;
   int64_t exit_code = -1;  // -1: still running

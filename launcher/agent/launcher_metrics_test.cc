@@ -27,7 +27,8 @@ TEST(LauncherMetricsTest, EventsAreCountedAndForwarded) {
   log.Record("restart", {{"cause", std::string("worker_failed")}, {"total_s", 0.8},
                          {"detected_to_stopped_s", 0.1}, {"stopped_to_joined_s", 0.2},
                          {"joined_to_started_s", 0.5}});
-  EXPECT_EQ(memory.names().size(), 4u);
+  log.Record("recovered", {{"path", std::string("in_place")}, {"total_s", 0.9}});
+  EXPECT_EQ(memory.names().size(), 5u);
   const LauncherCounters c = log.Counters();
   EXPECT_EQ(c.rounds_joined, 1);
   EXPECT_EQ(c.round, 2);
@@ -50,6 +51,8 @@ TEST(LauncherMetricsTest, EventsAreCountedAndForwarded) {
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_worker_failures_total{kind=\"signal\",value=\"SIGKILL\"} 1\n"));
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_restarts_total{cause=\"worker_failed\"} 1\n"));
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_restarts_total{cause=\"membership\"} 0\n"));
+  EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_recoveries_total{path=\"in_place\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_recoveries_total{path=\"gang\"} 0\n"));
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_restart_duration_seconds_bucket{le=\"1\"} 1\n"));
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_last_restart_phase_seconds{phase=\"joined_to_started\"} 0.5\n"));
   EXPECT_TRUE(absl::StrContains(text, "cpptorchrun_launcher_rank_step{rank=\"3\",local_rank=\"1\"} 42\n"));
