@@ -8,6 +8,9 @@ undisturbed, once under the schedule. goodput = undisturbed wall time /
 disturbed wall time (1.0: the failures cost nothing).
 
   * cpptorchrun/train: cpptorchrun with the C++ `train`;
+  * cpptorchrun/train_in_place: the same with --recovery in_place (the
+    survivor keeps running and heals the new worker; checkpoints are still
+    written, for whole-job failures);
   * cpptorchrun/python: cpptorchrun with bench/reference_ddp.py (Python
     DDP over Gloo, checkpointing and resuming as `train` does);
   * torchrun/python: Debian's torchrun with the same script.
@@ -30,6 +33,7 @@ In the runner as section "goodput" (it needs network namespaces, and torch
 for the two Python systems).
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +43,9 @@ import time
 from bench.recovery_bench import LogWatch, PY, RESUMED, ROOT, STEP
 from tests import harness, jobs
 
+# Under --recovery in_place rank 0 says where the new round's state came
+# from instead of reading a checkpoint (worker/train_main.cc).
+HEALED = re.compile(r"state of step \d+ from (rank \d+|checkpoint)|resumed from checkpoint at step \d+")
 GAP_S = 8.0
 STRAGGLE_S = 10.0
 RECOVERY_CAP_S = 120.0
@@ -68,8 +75,9 @@ class Job:
         rdzv = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
                 "--rdzv_id", "goodput", "--max_restarts", "20"]
         cpptorchrun = os.path.join(ctx.bin, "launcher", "cpptorchrun")
-        if system == "cpptorchrun/train":
-            self.program = lambda logs: [cpptorchrun] + rdzv + ["--log_dir", logs, os.path.join(
+        if system in ("cpptorchrun/train", "cpptorchrun/train_in_place"):
+            recovery = ["--recovery", "in_place"] if system.endswith("in_place") else []
+            self.program = lambda logs: [cpptorchrun] + rdzv + recovery + ["--log_dir", logs, os.path.join(
                 ctx.bin, "worker", "train"), "--epochs", str(epochs), "--checkpoint_every", CHECKPOINT_EVERY,
                 "--checkpoint_dir", ckpt, "--progress", "lines"]
         elif system == "cpptorchrun/python":
@@ -155,7 +163,8 @@ def run_once(ctx, res, system, epochs, faults):
                     mark = time.monotonic()
                     continue
                 try:
-                    resumed = job.watch.wait(RESUMED, at, RECOVERY_CAP_S, "the resume after the %s" % fault)
+                    resumed = job.watch.wait(HEALED if system.endswith("in_place") else RESUMED, at,
+                                             RECOVERY_CAP_S, "the resume after the %s" % fault)
                     mark = job.watch.wait(STEP, resumed - 1e-9, RECOVERY_CAP_S, "the first step after the resume")
                 except RuntimeError:
                     res.note("goodput", "%s: no resume within %.0f s of the %s: run stopped, its goodput is "
@@ -193,7 +202,8 @@ def section_goodput(ctx, res):
         return
     torch_ok = os.path.exists(PY) and subprocess.run(
         [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
-    systems = ["cpptorchrun/train"] + (["cpptorchrun/python", "torchrun/python"] if torch_ok else [])
+    systems = ["cpptorchrun/train", "cpptorchrun/train_in_place"] + (
+        ["cpptorchrun/python", "torchrun/python"] if torch_ok else [])
     if not torch_ok:
         res.note("goodput", "the Python systems not measured: %s has no torch" % PY)
     epochs = 4 if ctx.quick else 8

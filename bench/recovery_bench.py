@@ -17,6 +17,9 @@ worker is killed, and how soon a lost node is noticed.
       - the same Python DDP under cpptorchrun, --start_method spawn (each
         restarted worker execs python and imports torch) and forkserver
         (forked from the warm forkserver).
+  * kill -9 of one worker under --recovery in_place (no checkpoint folder)
+    -> every worker's next completed step (the launcher's `recovered`
+    event), with its phases; the first kill without a warm spare.
   * node loss: a node cut off the network (its veth down) -> the survivor's
     launcher records the round's end (round_ended in its event log).
 
@@ -237,6 +240,62 @@ def one_node(ctx, res, kills, warm=True):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def in_place_one_node(ctx, res, kills):
+    """`train` on one node with --recovery in_place and no checkpoint folder:
+    kill -9 of local rank 1 -> every worker's next completed step, as the
+    launcher's `recovered` event records it (its time is when the last
+    worker's first step after the new round reached the launcher; the kill
+    is timed here, on the same wall clock). The first kill finds no warm
+    spare (on 2 busy CPUs spares start only after a job's first restart:
+    <name>/no_spare_yet); each later kill waits for the spares."""
+    name = "cpptorchrun/in_place_one_node"
+    work = tempfile.mkdtemp(prefix="cpt-bench-inplace-")
+    log = os.path.join(work, "job.log")
+    logs = os.path.join(work, "logs")
+    argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
+            "--fake_gpus=2", "--max_restarts=%d" % (kills + 3), "--monitor_interval=" + MONITOR_INTERVAL,
+            "--recovery", "in_place", "--log_dir", logs,
+            os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--progress", "lines"]
+    p = spawn_logged(argv, log)
+    alive = lambda: p.poll() is None
+    events = lambda: jobs.events_in(logs)
+    try:
+        harness.wait_for(lambda: jobs.named(events(), "workers_started") or not alive(), 120, "the workers")
+        for k in range(kills + 1):
+            # After the job's first step, or the last recovery's.
+            harness.wait_for(lambda: len(jobs.named(events(), "recovered")) >= k or not alive(), 300,
+                             "recovery %d" % k)
+            figure = name + "/no_spare_yet" if k == 0 else name
+            if k > 0:
+                harness.wait_for(lambda: spares_ready_in(events(), 2) or not alive(), 300, "the warm spares")
+            if k == 0:
+                harness.wait_for(lambda: "step" in open(log, errors="replace").read() or not alive(), 300,
+                                 "a first step")
+            if not alive():
+                raise RuntimeError("%s: the job ended after %d kills; lengthen it" % (name, k))
+            victim = jobs.named(events(), "workers_started")[-1]["pids"][1]
+            killed = time.time()
+            os.kill(victim, signal.SIGKILL)
+            done = harness.wait_for(
+                lambda: (jobs.named(events(), "recovered")[k:k + 1] or [None])[0] if alive() else "ended",
+                120, "recovery after kill %d (%s)" % (k + 1, name))
+            if done == "ended":
+                raise RuntimeError("%s: the job ended during kill %d" % (name, k + 1))
+            res.add("recovery/%s/kill_to_next_step_ms" % figure, (done["time"] - killed) * 1e3, "ms")
+            for phase in ("detected_to_aborted_s", "aborted_to_round_formed_s", "round_formed_to_started_s",
+                          "started_to_comm_ready_s", "comm_ready_to_state_received_s",
+                          "state_received_to_next_step_s", "total_s"):
+                res.add("recovery/%s/phase/%s_ms" % (figure, phase[:-2]), done[phase] * 1e3, "ms")
+        ev = events()
+        kept = {e["pids"][0] for e in jobs.named(ev, "workers_started")}
+        res.note("recovery", "%s: %d kills, every one in place: %s; local rank 0 kept one process throughout: %s"
+                 % (name, kills + 1, all(r["path"] == "in_place" for r in jobs.named(ev, "recovered")),
+                    len(kept) == 1))
+    finally:
+        stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def torchrun_one_node(ctx, res, kills):
     work = tempfile.mkdtemp(prefix="cpt-bench-recovery-ref-")
     ckpt = os.path.join(work, "ckpt")
@@ -348,6 +407,7 @@ def section_recovery(ctx, res):
         [PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
     one_node(ctx, res, kills)
     one_node(ctx, res, kills, warm=False)
+    in_place_one_node(ctx, res, kills)
     if torch_ok:
         torchrun_one_node(ctx, res, kills)
         python_one_node(ctx, res, kills, "spawn")
