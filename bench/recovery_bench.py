@@ -255,7 +255,7 @@ def in_place_one_node(ctx, res, kills):
     argv = [os.path.join(ctx.bin, "launcher", "cpptorchrun"), "--standalone", "--nproc_per_node=2",
             "--fake_gpus=2", "--max_restarts=%d" % (kills + 3), "--monitor_interval=" + MONITOR_INTERVAL,
             "--recovery", "in_place", "--log_dir", logs,
-            os.path.join(ctx.bin, "worker", "train"), "--epochs", "3", "--progress", "lines"]
+            os.path.join(ctx.bin, "worker", "train"), "--epochs", "10", "--progress", "lines"]
     p = spawn_logged(argv, log)
     alive = lambda: p.poll() is None
     events = lambda: jobs.events_in(logs)
@@ -272,7 +272,9 @@ def in_place_one_node(ctx, res, kills):
                 harness.wait_for(lambda: "step" in open(log, errors="replace").read() or not alive(), 300,
                                  "a first step")
             if not alive():
-                raise RuntimeError("%s: the job ended after %d kills; lengthen it" % (name, k))
+                with open(log, errors="replace") as f:
+                    tail = f.read()[-3000:]
+                raise RuntimeError("%s: the job ended (exit %s) after %d kills:\n%s" % (name, p.returncode, k, tail))
             victim = jobs.named(events(), "workers_started")[-1]["pids"][1]
             killed = time.time()
             os.kill(victim, signal.SIGKILL)
