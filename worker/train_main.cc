@@ -161,6 +161,67 @@ class CurrentComm {
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
+// The backend --backend means for this round's layout (the same on every
+// rank: the layout is the round's).
+absl::StatusOr<BackendKind> BackendFor(const Flags& flags, const WorkerEnv& env) {
+  return ChooseBackend(flags.backend, env.fake_gpu.has_value(), NcclBuilt(),
+                       flags.backend == "gloo" ? 0 : CudaDeviceCount(), env.world_size, env.local_world_size,
+                       env.group_world_size);
+}
+
+// In-place recovery's part in the binary (TrainDeps::recover): waits for the
+// launcher's next round, opens its store and communicator, and moves this
+// worker's identity (environment, heartbeats, error reports, sample log)
+// to it. Everything is borrowed from Run.
+struct NextRound {
+  const Flags& flags;
+  WorkerEnv& env;
+  Reporting& reporting;
+  HeartbeatReporter& heartbeat;
+  RoundWatcher& watcher;
+  FlightRecorder& recorder;
+  CurrentComm& current;
+  SampleLog* sample_log;  // may be null
+  std::vector<RoundComm>& rounds;
+
+  absl::StatusOr<Communicator*> operator()(const absl::Status& failure) const {
+    std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env.rank,
+                 std::string(failure.message()).c_str());
+    heartbeat.OnRecovering(std::string(failure.message()));
+    absl::StatusOr<std::map<std::string, std::string>> assigned =
+        watcher.AwaitAssignment(env.rdzv_round, kNextRoundWait);
+    if (!assigned.ok()) return assigned.status();
+    absl::StatusOr<WorkerEnv> next = ParseWorkerEnv([&assigned](const char* name) -> const char* {
+      auto it = assigned->find(name);
+      return it == assigned->end() ? nullptr : it->second.c_str();
+    });
+    if (!next.ok()) return next.status();
+    absl::StatusOr<BackendKind> kind = BackendFor(flags, *next);
+    if (!kind.ok()) return kind.status();
+    RoundComm round;
+    absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*next, &round.client);
+    if (!store.ok()) return store.status();
+    round.store = *std::move(store);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *next, *kind, round.store.get());
+    if (!comm.ok()) return comm.status();
+    round.comm = *std::move(comm);
+    recorder.Reset();
+    round.recorded = NewFlightRecordedCommunicator(round.comm.get(), &recorder);
+    current.Set(round.comm.get());
+    env = *std::move(next);
+    reporting.rank = env.rank;
+    heartbeat.OnRejoined(env.rank);
+    heartbeat.OnCommunicatorReady();
+    if (sample_log != nullptr) {
+      if (absl::Status s = sample_log->NextRound(env.rdzv_round, env.rank, env.world_size); !s.ok()) return s;
+    }
+    std::fprintf(stderr, "train[rank %d]: round %lld: rank %d of %d, backend %s\n", env.rank,
+                 static_cast<long long>(env.rdzv_round), env.rank, env.world_size, round.comm->backend().c_str());
+    rounds.push_back(std::move(round));
+    return rounds.back().recorded.get();
+  }
+};
+
 // The training and test splits.
 struct Data {
   Dataset train;
@@ -299,10 +360,7 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
 
   absl::StatusOr<TrainConfig> config = ConfigFromFlags(flags, *env);
   if (!config.ok()) return Fail(reporting, "InvalidArgument", config.status(), "flags");
-  absl::StatusOr<BackendKind> kind =
-      ChooseBackend(flags.backend, env->fake_gpu.has_value(), NcclBuilt(),
-                    flags.backend == "gloo" ? 0 : CudaDeviceCount(), env->world_size,
-                    env->local_world_size, env->group_world_size);
+  absl::StatusOr<BackendKind> kind = BackendFor(flags, *env);
   if (!kind.ok()) return Fail(reporting, "InvalidArgument", kind.status(), "flags");
   SetTorchThreads(flags.threads);
 
@@ -374,48 +432,10 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   // Only under a launcher that keeps its workers through a round change
   // (CPPTORCHRUN_RECOVERY=in_place); else a failed collective fails the
   // worker, as under torchrun.
-  if (watcher.has_value()) deps.recover = [&](const absl::Status& failure) -> absl::StatusOr<Communicator*> {
-    std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env->rank,
-                 std::string(failure.message()).c_str());
-    heartbeat->OnRecovering(std::string(failure.message()));
-    absl::StatusOr<std::map<std::string, std::string>> assigned =
-        watcher->AwaitAssignment(env->rdzv_round, kNextRoundWait);
-    if (!assigned.ok()) return assigned.status();
-    absl::StatusOr<WorkerEnv> next = ParseWorkerEnv([&assigned](const char* name) -> const char* {
-      auto it = assigned->find(name);
-      return it == assigned->end() ? nullptr : it->second.c_str();
-    });
-    if (!next.ok()) return next.status();
-    absl::StatusOr<BackendKind> next_kind =
-        ChooseBackend(flags.backend, next->fake_gpu.has_value(), NcclBuilt(),
-                      flags.backend == "gloo" ? 0 : CudaDeviceCount(), next->world_size,
-                      next->local_world_size, next->group_world_size);
-    if (!next_kind.ok()) return next_kind.status();
-    RoundComm round;
-    absl::StatusOr<std::unique_ptr<rdzv::Store>> next_store = OpenStore(*next, &round.client);
-    if (!next_store.ok()) return next_store.status();
-    round.store = *std::move(next_store);
-    absl::StatusOr<std::unique_ptr<Communicator>> next_comm =
-        OpenCommunicator(flags, *next, *next_kind, round.store.get());
-    if (!next_comm.ok()) return next_comm.status();
-    round.comm = *std::move(next_comm);
-    recorder.Reset();
-    round.recorded = NewFlightRecordedCommunicator(round.comm.get(), &recorder);
-    current.Set(round.comm.get());
-    *env = *std::move(next);
-    reporting.rank = env->rank;
-    heartbeat->OnRejoined(env->rank);
-    heartbeat->OnCommunicatorReady();
-    if (observers.sample_log != nullptr) {
-      if (absl::Status s = observers.sample_log->NextRound(env->rdzv_round, env->rank, env->world_size); !s.ok()) {
-        return s;
-      }
-    }
-    std::fprintf(stderr, "train[rank %d]: round %lld: rank %d of %d, backend %s\n", env->rank,
-                 static_cast<long long>(env->rdzv_round), env->rank, env->world_size, round.comm->backend().c_str());
-    rounds.push_back(std::move(round));
-    return rounds.back().recorded.get();
-  };
+  if (watcher.has_value()) {
+    deps.recover = NextRound{flags, *env, reporting, *heartbeat, *watcher, recorder, current,
+                             observers.sample_log.get(), rounds};
+  }
   deps.on_state_received = [&](int64_t step, const std::string& from) {
     if (observers.sample_log != nullptr) observers.sample_log->OnResumed(step);
     if (heartbeat.has_value()) heartbeat->OnRecovered(step, from);

@@ -154,37 +154,43 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
     absl::MutexLock lock(&on_event_mu_);
     if (on_startup_event_) on_startup_event_();
   }
-  if (events_ != nullptr && e.kind() == Kind::RESUMED) {
+  LogEvent(e);
+  return absl::OkStatus();
+}
+
+void ProgressBoard::LogEvent(const agent::v1::WorkerEvent& e) {
+  using Kind = agent::v1::WorkerEvent;
+  if (events_ == nullptr) return;
+  if (e.kind() == Kind::RESUMED) {
     events_->Record("worker_resumed", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                        {"pid", e.pid()}, {"step", e.step()}});
   }
-  if (events_ != nullptr && e.kind() == Kind::RECOVERING) {
+  if (e.kind() == Kind::RECOVERING) {
     events_->Record("worker_recovering", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                           {"pid", e.pid()}, {"step", e.step()},
                                           {"reason", e.message().substr(0, 512)}});
   }
-  if (events_ != nullptr && e.kind() == Kind::RECOVERED) {
+  if (e.kind() == Kind::RECOVERED) {
     events_->Record("worker_recovered", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                          {"pid", e.pid()}, {"step", e.step()},
                                          {"state_from", e.message().substr(0, 64)}});
   }
   // A scheduler's signal as each worker saw it, and the checkpoint it
   // wrote for it: one event each (docs/ENVIRONMENT.md, "Signals").
-  if (events_ != nullptr && e.kind() == Kind::SIGNAL) {
+  if (e.kind() == Kind::SIGNAL) {
     events_->Record("worker_signal", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                       {"pid", e.pid()}, {"signal", e.message().substr(0, 32)},
                                       {"step", e.step()}});
   }
-  if (events_ != nullptr && e.kind() == Kind::SIGNAL_CHECKPOINT) {
+  if (e.kind() == Kind::SIGNAL_CHECKPOINT) {
     events_->Record("worker_signal_checkpoint",
                     {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}}, {"pid", e.pid()},
                      {"step", e.step()}, {"then", e.message().substr(0, 32)}});
   }
-  if (events_ != nullptr && e.kind() == Kind::FAILED) {
+  if (e.kind() == Kind::FAILED) {
     events_->Record("worker_reported_failure", {{"rank", int64_t{e.rank()}}, {"local_rank", int64_t{e.local_rank()}},
                                                 {"pid", e.pid()}, {"message", e.message().substr(0, 4096)}});
   }
-  return absl::OkStatus();
 }
 
 bool ProgressBoard::AllCanWaitWarm() const {

@@ -121,6 +121,9 @@ class ProgressBoard {
 
  private:
   bool IsCurrent(int local_rank, int64_t pid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The event log's record of a worker's event (resumed, recovering,
+  // recovered, signal, failure), outside mu_.
+  void LogEvent(const agent::v1::WorkerEvent& e);
   // Where a report from `pid` for `local_rank` goes: the current worker's,
   // the held one of a slot not filled yet, or none (a stale or foreign
   // sender).
