@@ -187,7 +187,7 @@ struct NextRound {
   absl::StatusOr<Communicator*> operator()(const absl::Status& failure) const {
     std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env.rank,
                  std::string(failure.message()).c_str());
-    heartbeat.OnRecovering(std::string(failure.message()));
+    heartbeat.OnRecovering(std::string(failure.message()), env.rdzv_round);
     absl::StatusOr<std::map<std::string, std::string>> assigned =
         watcher.AwaitAssignment(env.rdzv_round, kNextRoundWait);
     if (!assigned.ok()) return assigned.status();

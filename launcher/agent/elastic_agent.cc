@@ -454,6 +454,7 @@ bool ElasticAgent::HandleStragglers(absl::Time now) {
 }
 
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
+  bool reaped_for_peer_lost = false;
   for (;;) {
     RecordWorkerStartup();
     MaybePrepareNextStart();
@@ -501,27 +502,51 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
         return {end.run_closed ? Outcome::kRunClosed : Outcome::kMembership, 0, end.reason};
       }
     }
-    for (const ProcessEvent& e : o_.processes->Wait(check.next_check)) {
-      if (e.kind == ProcessEvent::Kind::kExited) {
-        RecordExit(e.pid, e.status);
-      } else if (e.kind == ProcessEvent::Kind::kSignal) {
-        const bool forward = ForwardToWorkers(e, o_.inside_slurm_step);
-        Event("signal_received", {{"signal", SignalName(e.signo)}, {"sender", e.sender},
-                                  {"sender_pid", int64_t{e.sender_pid}}, {"forwarded", int64_t{forward ? 1 : 0}}});
-        if (IsStopSignal(e.signo)) return {Outcome::kSignal, e.signo, "", !forward};
-        if (!forward) {
-          spdlog::info("{} from {} (pid {}): Slurm signalled every process of the step, the workers too; not "
-                       "forwarded",
-                       SignalName(e.signo), e.sender, e.sender_pid);
-          continue;
-        }
-        spdlog::info("forwarding {} to the workers", SignalName(e.signo));
-        for (const Worker& w : workers_) {
-          if (!w.exited) o_.processes->SignalGroup(w.pid, e.signo);
-        }
+    if (std::optional<std::string> lost = PeerLost(); lost.has_value()) {
+      // A worker of this node that died fails its local peers' collectives
+      // too: that is this node's failure, so what has exited is reaped
+      // (without waiting) and the group checked again first.
+      if (!reaped_for_peer_lost) {
+        reaped_for_peer_lost = true;
+        if (std::optional<MonitorResult> stop = TakeProcessEvents(now); stop.has_value()) return *stop;
+        continue;
+      }
+      return {Outcome::kMembership, 0, *lost};
+    }
+    if (std::optional<MonitorResult> stop = TakeProcessEvents(check.next_check); stop.has_value()) return *stop;
+  }
+}
+
+std::optional<std::string> ElasticAgent::PeerLost() const {
+  if (!o_.in_place || o_.progress == nullptr) return std::nullopt;
+  std::optional<ProgressBoard::Recovering> r = o_.progress->RecoveringIn(round_);
+  if (!r.has_value()) return std::nullopt;
+  return absl::StrCat("rank ", r->rank, "'s collective failed with no failure on this node (", r->why,
+                      "): a peer was lost");
+}
+
+std::optional<ElasticAgent::MonitorResult> ElasticAgent::TakeProcessEvents(absl::Time until) {
+  for (const ProcessEvent& e : o_.processes->Wait(until)) {
+    if (e.kind == ProcessEvent::Kind::kExited) {
+      RecordExit(e.pid, e.status);
+    } else if (e.kind == ProcessEvent::Kind::kSignal) {
+      const bool forward = ForwardToWorkers(e, o_.inside_slurm_step);
+      Event("signal_received", {{"signal", SignalName(e.signo)}, {"sender", e.sender},
+                                {"sender_pid", int64_t{e.sender_pid}}, {"forwarded", int64_t{forward ? 1 : 0}}});
+      if (IsStopSignal(e.signo)) return MonitorResult{Outcome::kSignal, e.signo, "", !forward};
+      if (!forward) {
+        spdlog::info("{} from {} (pid {}): Slurm signalled every process of the step, the workers too; not "
+                     "forwarded",
+                     SignalName(e.signo), e.sender, e.sender_pid);
+        continue;
+      }
+      spdlog::info("forwarding {} to the workers", SignalName(e.signo));
+      for (const Worker& w : workers_) {
+        if (!w.exited) o_.processes->SignalGroup(w.pid, e.signo);
       }
     }
   }
+  return std::nullopt;
 }
 
 void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) {
@@ -921,6 +946,7 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   startup_pending_.reset();
   stragglers_reported_.clear();
   group_world_size_ = a.group_world_size();
+  round_ = a.round();
   job_collectives_at_.reset();
   job_collectives_remote_ = 0;
   next_start_prepared_ = false;

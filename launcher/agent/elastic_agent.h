@@ -200,6 +200,18 @@ class ElasticAgent {
                             const std::string& error_file) const;
   StreamSink Sink(int local_rank, int rank, int bit, const std::string& attempt_dir) const;
   MonitorResult Monitor();
+  // Records what the process launcher reports until `until` (exits; signals
+  // forwarded to the workers); a stop signal ends the monitoring.
+  std::optional<MonitorResult> TakeProcessEvents(absl::Time until);
+  // Under in-place recovery, why this node should leave the round at once:
+  // one of its workers reported RECOVERING for the current round (a
+  // collective failed) although nothing failed here and no change was begun
+  // (the held workers' reports name the round before). A peer elsewhere was
+  // lost (a crash, a hang its launcher killed, a node gone); joining the
+  // next round now ends the round for every node, instead of waiting for
+  // the round monitor to hear of it (for a lost node, at its keep-alive
+  // deadline). nullopt: nothing of the kind.
+  std::optional<std::string> PeerLost() const;
   // Kills the ranks CheckGroup found hung, records their failures and one
   // hang_detected event naming the culprits (hang_policy.h's IsCulprit).
   void KillHung(const GroupCheck& check, const std::vector<WorkerView>& views, absl::Time now);
@@ -351,6 +363,7 @@ class ElasticAgent {
   bool next_start_prepared_ = false;
   RunState run_;
   int group_world_size_ = 1;  // nodes in the current round
+  int64_t round_ = 0;         // the current round's number (0: none yet)
   std::optional<absl::Time> job_collectives_at_;  // when the rendezvous was last asked (JobCollectiveSeq)
   int64_t job_collectives_remote_ = 0;            // what it said
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.

@@ -331,6 +331,96 @@ TEST_F(InPlaceTest, SurvivorsHeldWhenTheRunEndsAreStopped) {
   EXPECT_TRUE(processes_.alive().empty());
 }
 
+// A peer elsewhere is lost: nothing fails on this node, but its workers'
+// collectives of the current round fail (RECOVERING for round 1). The node
+// holds both workers and joins round 2 at once (a membership change: no
+// restart spent), and nobody starts again. A RECOVERING naming an older
+// round is a held worker's late report and changes nothing.
+TEST_F(InPlaceTest, ACollectiveFailedWithNothingLostHereJoinsTheNextRoundAtOnce) {
+  o_.max_restarts = 0;
+  o_.in_place = true;
+  o_.notices = &notices_;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = s.spec.slot;
+    const pid_t pid = s.pid;
+    auto send = [this, lr, pid](agent::v1::WorkerEvent::Kind kind, int64_t round) {
+      agent::v1::WorkerEvent e;
+      e.set_local_rank(lr);
+      e.set_pid(pid);
+      e.set_rank(lr);
+      e.set_kind(kind);
+      e.set_can_recover_in_place(true);
+      e.set_round(round);
+      e.set_message("connection closed by peer");
+      ASSERT_TRUE(board_.RecordEvent(e).ok());
+    };
+    p.CallAt(s.time + absl::Milliseconds(100), [send] { send(agent::v1::WorkerEvent::STARTED, 0); });
+    p.CallAt(s.time + absl::Seconds(1), [send] { send(agent::v1::WorkerEvent::RECOVERING, 7); });
+    p.CallAt(s.time + absl::Seconds(2), [send] { send(agent::v1::WorkerEvent::RECOVERING, 1); });
+    p.ExitAt(pid, s.time + absl::Seconds(10), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restart_count, 0) << "a peer's loss spends no restart of this node";
+  ASSERT_EQ(processes_.started().size(), 2u) << "both workers stay";
+  EXPECT_TRUE(processes_.signals_sent().empty());
+  EXPECT_EQ(rdzv_.joins().size(), 2u);
+  for (int lr = 0; lr < 2; ++lr) {
+    const RoundNotices::Update u = notices_.Current(lr, processes_.started()[lr].pid);
+    EXPECT_EQ(u.state(), RoundNotices::Update::ASSIGNED);
+    EXPECT_EQ(u.env().at("CPPTORCHRUN_RDZV_ROUND"), "2");
+  }
+  auto ended = Last("round_ended");
+  ASSERT_FALSE(ended.empty());
+  EXPECT_THAT(std::get<std::string>(ended.at("reason")), HasSubstr("rank 0's collective failed"));
+  EXPECT_THAT(std::get<std::string>(ended.at("reason")), HasSubstr("connection closed by peer"));
+  EXPECT_EQ(std::get<std::string>(Last("restart").at("path")), "in_place");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(Last("survivors_held").at("ranks")), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
+// The same report while a worker of this node has died: that death is the
+// failure (a restart spent, the dead rank started again), not a peer's.
+TEST_F(InPlaceTest, ALocalDeathIsAFailureEvenWhenItsPeerReportedFirst) {
+  o_.max_restarts = 1;
+  o_.in_place = true;
+  o_.notices = &notices_;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = s.spec.slot;
+    const pid_t pid = s.pid;
+    ++starts_;
+    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
+      agent::v1::WorkerEvent e;
+      e.set_local_rank(lr);
+      e.set_pid(pid);
+      e.set_kind(agent::v1::WorkerEvent::STARTED);
+      e.set_can_recover_in_place(true);
+      ASSERT_TRUE(board_.RecordEvent(e).ok());
+    });
+    if (starts_ == 2) {
+      // Local rank 1 dies; local rank 0's report of it comes before the
+      // launcher has reaped it.
+      p.CallAt(s.time + absl::Seconds(2), [this, &p, pid] {
+        p.ExitAt(pid, clock_.Now(), ExitStatus::Killed(SIGKILL));
+        agent::v1::WorkerEvent e;
+        e.set_local_rank(0);
+        e.set_pid(processes_.started()[0].pid);
+        e.set_kind(agent::v1::WorkerEvent::RECOVERING);
+        e.set_round(1);
+        ASSERT_TRUE(board_.RecordEvent(e).ok());
+      });
+    }
+    if (starts_ != 2) p.ExitAt(pid, s.time + absl::Seconds(10), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restart_count, 1);
+  ASSERT_EQ(processes_.started().size(), 3u);
+  EXPECT_EQ(processes_.started()[2].spec.slot, 1);
+  EXPECT_EQ(std::get<std::string>(Last("restart").at("path")), "in_place");
+  EXPECT_TRUE(Last("round_ended").empty());
+}
+
 TEST_F(AgentTest, FailureRestartsUntilOutOfRestartsThenExitsWithRootCause) {
   o_.max_restarts = 2;
   ExitAfterStart(absl::Seconds(1), ExitStatus::Exited(3), /*only=*/1);

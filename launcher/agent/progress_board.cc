@@ -45,6 +45,16 @@ void ProgressBoard::Begin(int local_world_size, const std::map<int, int64_t>& ke
   stop_requested_ = false;
 }
 
+std::optional<ProgressBoard::Recovering> ProgressBoard::RecoveringIn(int64_t round) const {
+  if (round <= 0) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [lr, r] : reports_) {
+    if (!IsCurrent(lr, r.heartbeat.pid()) || !r.recovering_at.has_value() || r.recovering_round != round) continue;
+    return Recovering{lr, r.heartbeat.rank(), r.recovering_why};
+  }
+  return std::nullopt;
+}
+
 void ProgressBoard::SetWorker(int local_rank, int64_t pid) {
   absl::MutexLock lock(&mu_);
   if (local_rank < 0 || local_rank >= static_cast<int>(pids_.size())) return;
@@ -115,12 +125,15 @@ absl::Status ProgressBoard::RecordEvent(const agent::v1::WorkerEvent& e) {
         break;
       case Kind::RECOVERING:
         r.recovering_at = now;
+        r.recovering_round = e.round();
+        r.recovering_why = e.message().substr(0, 512);
         break;
       case Kind::RECOVERED:
         // The state transfer is this round's restore.
         r.resumed_step = e.step();
         r.resumed_at = now;
         r.recovering_at.reset();
+        r.recovering_round = 0;
         break;
       case Kind::COMMUNICATOR_READY:
         r.comm_ready_at = now;

@@ -40,6 +40,8 @@ struct RankReport {
   bool can_wait_warm = false;                // STARTED said it can start as a warm spare
   bool can_recover_in_place = false;         // STARTED said it can stay through a round change
   std::optional<absl::Time> recovering_at;   // RECOVERING: its communicator failed, it waits
+  int64_t recovering_round = 0;              // RECOVERING: the round it failed in (0: none said)
+  std::string recovering_why;                // RECOVERING: the worker's message
   // When the start-up events came (the board's clock); none yet.
   std::optional<absl::Time> started_at, comm_ready_at, resumed_at, first_step_at;
 };
@@ -91,6 +93,16 @@ class ProgressBoard {
   bool AllCanWaitWarm() const;
   // The current worker at `local_rank` said it can recover in place.
   bool CanRecoverInPlace(int local_rank) const;
+
+  // A current worker whose communicator of round `round` failed (RECOVERING
+  // for that round) although the launcher began no change: a peer elsewhere
+  // was lost. The lowest such local rank's; nullopt: none.
+  struct Recovering {
+    int local_rank = 0;
+    int rank = 0;
+    std::string why;
+  };
+  std::optional<Recovering> RecoveringIn(int64_t round) const;
 
   // Called (outside the board's lock) after each start-up event, so that a
   // waiting agent looks at once; null: nobody. Thread-safe.

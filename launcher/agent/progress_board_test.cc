@@ -2,6 +2,7 @@
 // group's pids, with a fake clock.
 #include "launcher/agent/progress_board.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,47 @@ TEST(ProgressBoard, EventsAreActedOn) {
   EXPECT_EQ(board.ReportedFailure(0), "CUDA error: out of memory");
   EXPECT_EQ(board.ReportedFailure(1), "");
   EXPECT_EQ(events.names(), (std::vector<std::string>{"worker_resumed", "worker_reported_failure"}));
+}
+
+// RECOVERING for the current round is a peer lost elsewhere; for an older
+// round (the worker heard its peers' abort after the launcher had moved on)
+// it is not, nor from a worker that is no longer current, nor after
+// RECOVERED.
+TEST(ProgressBoard, RecoveringCountsOnlyForTheRoundAsked) {
+  base::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Reset({11, 12});
+  EXPECT_FALSE(board.RecoveringIn(3).has_value());
+  agent::v1::WorkerEvent e;
+  e.set_kind(agent::v1::WorkerEvent::RECOVERING);
+  e.set_rank(5);
+  e.set_local_rank(1);
+  e.set_pid(12);
+  e.set_round(2);
+  e.set_message("gloo: connection closed by peer");
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  EXPECT_FALSE(board.RecoveringIn(3).has_value()) << "a stale round";
+  EXPECT_FALSE(board.RecoveringIn(0).has_value()) << "round 0 is never one";
+  e.set_round(3);
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  std::optional<ProgressBoard::Recovering> got = board.RecoveringIn(3);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->local_rank, 1);
+  EXPECT_EQ(got->rank, 5);
+  EXPECT_EQ(got->why, "gloo: connection closed by peer");
+  // Kept through the change: its RECOVERING is the old round's story.
+  board.Begin(2, {{1, 12}});
+  board.SetWorker(0, 21);
+  board.SetWorker(1, 12);
+  EXPECT_FALSE(board.RecoveringIn(3).has_value());
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  e.set_kind(agent::v1::WorkerEvent::RECOVERED);
+  ASSERT_TRUE(board.RecordEvent(e).ok());
+  EXPECT_FALSE(board.RecoveringIn(3).has_value()) << "recovered";
+  e.set_kind(agent::v1::WorkerEvent::RECOVERING);
+  e.set_pid(99);
+  EXPECT_FALSE(board.RecordEvent(e).ok()) << "not the worker at local rank 1";
+  EXPECT_FALSE(board.RecoveringIn(3).has_value());
 }
 
 TEST(ProgressBoard, AStopRequestLastsUntilTheNextGroup) {

@@ -165,8 +165,8 @@ void HeartbeatReporter::OnResumed(int64_t global_step) {
             absl::StrCat("resumed at step ", global_step));
 }
 
-void HeartbeatReporter::OnRecovering(const std::string& why) {
-  SendEvent(agent_pb::WorkerEvent::RECOVERING, LatestStep(), why.substr(0, 512));
+void HeartbeatReporter::OnRecovering(const std::string& why, int64_t round) {
+  SendEvent(agent_pb::WorkerEvent::RECOVERING, LatestStep(), why.substr(0, 512), round);
 }
 
 void HeartbeatReporter::OnRejoined(int rank) {
@@ -205,7 +205,7 @@ void HeartbeatReporter::OnSignalCheckpoint(int64_t global_step, bool stopping) {
 }
 
 void HeartbeatReporter::SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step,
-                                  const std::string& message) {
+                                  const std::string& message, int64_t round) {
   agent_pb::WorkerEvent event;
   {
     absl::MutexLock lock(&mu_);
@@ -216,6 +216,7 @@ void HeartbeatReporter::SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step
   event.set_kind(kind);
   event.set_step(step);
   event.set_message(message);
+  event.set_round(round);
   if (kind == agent_pb::WorkerEvent::STARTED) {
     event.set_can_wait_warm(options_.can_wait_warm);
     event.set_can_recover_in_place(options_.can_recover_in_place);

@@ -109,11 +109,11 @@ class HeartbeatReporter final : public TrainObserver {
   void OnSignal(int signo);
   void OnSignalCheckpoint(int64_t global_step, bool stopping);
   // In-place recovery: the communicator failed and the worker waits for
-  // its next round (RECOVERING, `why`); then it is rank `rank` of the new
+  // its next round (RECOVERING, `why`, the failed communicator's `round`); then it is rank `rank` of the new
   // round (heartbeats and events say so from now on, and the next step is
   // a first step again); then the state transfer is done (RECOVERED at
   // `global_step`, `from`: where the state came from).
-  void OnRecovering(const std::string& why);
+  void OnRecovering(const std::string& why, int64_t round);
   void OnRejoined(int rank);
   void OnRecovered(int64_t global_step, const std::string& from);
   // From now on each heartbeat carries these collective numbers (asked
@@ -129,7 +129,7 @@ class HeartbeatReporter final : public TrainObserver {
   void Loop();
   // Sends an event of `kind` with this worker's identity, counting a
   // failure to deliver it.
-  void SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step, const std::string& message);
+  void SendEvent(agent_pb::WorkerEvent::Kind kind, int64_t step, const std::string& message, int64_t round = 0);
   int64_t LatestStep() const;
 
   AgentClient* const client_;
