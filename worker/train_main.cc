@@ -110,12 +110,13 @@ absl::StatusOr<std::unique_ptr<rdzv::Store>> OpenStore(
   return store;
 }
 
-// The communicator of the round's store, with the backend `kind`.
+// The communicator of the round's store, with the backend `kind`, on GPU `device` (NCCL).
 absl::StatusOr<std::unique_ptr<Communicator>> OpenCommunicator(const Flags& flags,
                                                                const WorkerEnv& env,
                                                                BackendKind kind,
-                                                               rdzv::Store* store) {
+                                                               rdzv::Store* store, int device) {
   CommSetup setup;
+  setup.device = device;
   setup.kind = kind;
   setup.store = store;
   setup.rank = env.rank;
@@ -183,10 +184,16 @@ struct NextRound {
   CurrentComm& current;
   SampleLog* sample_log;  // may be null
   std::vector<RoundComm>& rounds;
+  int device;  // the first round's LOCAL_RANK: this process's GPU for good
 
   absl::StatusOr<Communicator*> operator()(const absl::Status& failure) const {
-    std::fprintf(stderr, "train[rank %d]: a collective failed (%s); waiting for the next round\n", env.rank,
+    std::fprintf(stderr, "train[rank %d]: %s; waiting for the next round\n", env.rank,
                  std::string(failure.message()).c_str());
+    // This round is left for good: a change pending at a step boundary is
+    // not escalated any more, and peers still in a collective of it fail
+    // at once instead of at their timeout.
+    watcher.TakeChange();
+    current.Abort(std::string(failure.message()));
     heartbeat.OnRecovering(std::string(failure.message()), env.rdzv_round);
     absl::StatusOr<std::map<std::string, std::string>> assigned =
         watcher.AwaitAssignment(env.rdzv_round, kNextRoundWait);
@@ -202,7 +209,7 @@ struct NextRound {
     absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*next, &round.client);
     if (!store.ok()) return store.status();
     round.store = *std::move(store);
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *next, *kind, round.store.get());
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *next, *kind, round.store.get(), device);
     if (!comm.ok()) return comm.status();
     round.comm = *std::move(comm);
     recorder.Reset();
@@ -387,7 +394,7 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &rounds[0].client);
   if (!store.ok()) return Fail(reporting, "RendezvousError", store.status(), "");
   rounds[0].store = *std::move(store);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, rounds[0].store.get());
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, rounds[0].store.get(), env->local_rank);
   if (!comm.ok()) {
     return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(*kind)));
   }
@@ -433,8 +440,9 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   // (CPPTORCHRUN_RECOVERY=in_place); else a failed collective fails the
   // worker, as under torchrun.
   if (watcher.has_value()) {
+    deps.round_changing = [&watcher, &env] { return watcher->ChangeAtBoundary(env->rdzv_round); };
     deps.recover = NextRound{flags, *env, reporting, *heartbeat, *watcher, recorder, current,
-                             observers.sample_log.get(), rounds};
+                             observers.sample_log.get(), rounds, env->local_rank};
   }
   deps.on_state_received = [&](int64_t step, const std::string& from) {
     if (observers.sample_log != nullptr) observers.sample_log->OnResumed(step);

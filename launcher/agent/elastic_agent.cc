@@ -73,6 +73,9 @@ std::string ExpandLinePrefix(const std::string& templ, const std::string& role, 
 }
 
 namespace {
+// How often a node running short looks whether a spare is ready.
+constexpr absl::Duration kShortNodeLook = absl::Milliseconds(50);
+
 // 32 random bytes from the kernel, hex: this agent's JoinRequest.node_secret.
 std::string NewNodeSecret() {
   unsigned char bytes[32] = {};
@@ -89,6 +92,7 @@ std::string NewNodeSecret() {
 ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
   host_ = o_.node.host();
   hostname_ = ThisHostname();
+  for (int lr = 0; lr < o_.local_world_size; ++lr) slots_.push_back(lr);
   // A worker's start-up event wakes the monitor loop, so a restart's
   // phases are recorded when the last worker makes its first step.
   if (o_.progress != nullptr && o_.processes != nullptr) {
@@ -122,13 +126,14 @@ std::string ElasticAgent::Prefix(int local_rank, int rank) const {
   return ExpandLinePrefix(o_.log_line_prefix_template, o_.role, rank, local_rank);
 }
 
-WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int local_rank, int restart_count,
+WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int slot, int index, int restart_count,
                                         const std::string& error_file) const {
   WorkerEnvInputs in;
   in.base = o_.base_env;
   in.role = o_.role;
-  in.local_rank = local_rank;
-  in.local_world_size = o_.local_world_size;
+  in.local_rank = index;
+  in.slot = slot;
+  in.local_world_size = slots_.empty() ? o_.local_world_size : static_cast<int>(slots_.size());
   in.group_rank = a.group_rank();
   in.group_world_size = a.group_world_size();
   in.rank_offset = a.rank_offset();
@@ -190,7 +195,7 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
   unlink(w->error_file.c_str());
   ProcessSpec spec;
   spec.argv = o_.program_argv;
-  spec.env = BuildWorkerEnv(EnvInputs(a, w->local_rank, restart_count, w->error_file));
+  spec.env = BuildWorkerEnv(EnvInputs(a, w->local_rank, w->index, restart_count, w->error_file));
   spec.slot = w->local_rank;
   spec.stdout_sink = Sink(w->local_rank, w->rank, kStdOut, attempt_dir);
   spec.stderr_sink = Sink(w->local_rank, w->rank, kStdErr, attempt_dir);
@@ -201,10 +206,11 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
 }
 
 ElasticAgent::Worker ElasticAgent::StartLocalRank(const rdzv::v1::Assignment& a, int restart_count,
-                                                  const std::string& attempt_dir, int lr) {
+                                                  const std::string& attempt_dir, int lr, int index) {
   Worker w;
   w.local_rank = lr;
-  w.rank = a.rank_offset() + lr;
+  w.index = index;
+  w.rank = a.rank_offset() + index;
   absl::StatusOr<pid_t> pid = StartWorker(a, restart_count, attempt_dir, &w);
   if (!pid.ok()) {
     // A worker that cannot start is a failed worker (exit 127, as a shell
@@ -235,7 +241,9 @@ void ElasticAgent::StartWorkers(const rdzv::v1::Assignment& a, int restart_count
   // Each worker's slot is filled as it starts: a warm one may report before
   // the next has started.
   if (o_.progress != nullptr) o_.progress->Begin(o_.local_world_size);
-  for (int lr = 0; lr < o_.local_world_size; ++lr) workers_.push_back(StartLocalRank(a, restart_count, attempt_dir, lr));
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    workers_.push_back(StartLocalRank(a, restart_count, attempt_dir, lr, lr));
+  }
   spdlog::debug("started {} workers (attempt {}, restart count {})", workers_.size(), attempt, restart_count);
 }
 
@@ -253,7 +261,7 @@ std::optional<std::string> ElasticAgent::WhyNotInPlace() const {
   return std::nullopt;
 }
 
-bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why) {
+bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why, bool at_step_boundary) {
   if (std::optional<std::string> no = WhyNotInPlace(); no.has_value()) {
     *why = *no;
     return false;
@@ -271,16 +279,46 @@ bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why) {
   for (Worker& w : workers_) {
     if (w.exited || w.failure.has_value() || w.stopping) continue;
     w.held = true;
-    o_.notices->Set(w.local_rank, w.pid, RoundNotices::Update::CHANGING, reason);
+    o_.notices->Set(w.local_rank, w.pid, RoundNotices::Update::CHANGING, reason, {}, at_step_boundary);
     ranks.push_back(w.rank);
   }
   if (ranks.empty()) {
     *why = "no worker of this node survived";
     return false;
   }
-  spdlog::info("in-place recovery: ranks {} keep running ({})", absl::StrJoin(ranks, ","), reason);
-  Event("survivors_held", {{"ranks", ranks}, {"reason", reason}});
+  slots_ = NextSlots();
+  std::vector<int64_t> vacant;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    if (std::find(slots_.begin(), slots_.end(), lr) == slots_.end()) vacant.push_back(lr);
+  }
+  if (vacant.empty()) {
+    spdlog::info("in-place recovery: ranks {} keep running ({})", absl::StrJoin(ranks, ","), reason);
+  } else {
+    spdlog::info("in-place recovery: ranks {} keep running ({}); local ranks {} wait for their spares, the node "
+                 "runs with {} of {} workers until then",
+                 absl::StrJoin(ranks, ","), reason, absl::StrJoin(vacant, ","), slots_.size(), o_.local_world_size);
+  }
+  Event("survivors_held", {{"ranks", ranks}, {"reason", reason}, {"vacant", vacant}});
   return true;
+}
+
+std::vector<int> ElasticAgent::NextSlots() {
+  std::vector<int> next;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    const bool held = std::any_of(workers_.begin(), workers_.end(),
+                                  [lr](const Worker& w) { return w.local_rank == lr && w.held && !w.exited; });
+    if (held || o_.processes->SpareReady(lr) || !o_.processes->WantSpare(lr)) next.push_back(lr);
+  }
+  return next;
+}
+
+std::optional<int> ElasticAgent::SpareReadyForVacant() {
+  if (static_cast<int>(slots_.size()) == o_.local_world_size) return std::nullopt;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+    if (std::find(slots_.begin(), slots_.end(), lr) != slots_.end()) continue;
+    if (o_.processes->SpareReady(lr)) return lr;
+  }
+  return std::nullopt;
 }
 
 bool ElasticAgent::AnyHeld() const {
@@ -299,29 +337,40 @@ void ElasticAgent::ResumeRound(const rdzv::v1::Assignment& a, int restart_count,
   for (const Worker& w : workers_) {
     if (w.held && !w.exited) kept[w.local_rank] = w.pid;
   }
-  if (o_.progress != nullptr) o_.progress->Begin(o_.local_world_size, kept);
+  std::map<int, std::string> error_files;
+  for (const Worker& w : workers_) error_files[w.local_rank] = w.error_file;
+  if (o_.progress != nullptr) {
+    o_.progress->Begin(o_.local_world_size, kept);
+    // A slot left empty (its spare still loading) has no worker to wait for.
+    for (int lr = 0; lr < o_.local_world_size; ++lr) {
+      if (std::find(slots_.begin(), slots_.end(), lr) == slots_.end()) o_.progress->SetWorker(lr, -1);
+    }
+  }
   std::vector<Worker> next;
-  for (int lr = 0; lr < o_.local_world_size; ++lr) {
+  for (int index = 0; index < static_cast<int>(slots_.size()); ++index) {
+    const int lr = slots_[index];
     auto it = kept.find(lr);
     if (it == kept.end()) {
-      next.push_back(StartLocalRank(a, restart_count, attempt_dir, lr));
+      next.push_back(StartLocalRank(a, restart_count, attempt_dir, lr, index));
       continue;
     }
     Worker w;
     w.local_rank = lr;
-    w.rank = a.rank_offset() + lr;
+    w.index = index;
+    w.rank = a.rank_offset() + index;
     w.pid = static_cast<pid_t>(it->second);
-    w.error_file = workers_[lr].error_file;
+    w.error_file = error_files[lr];
     // Its whole environment in the new round, as a new worker would get it
     // (one rule: BuildWorkerEnv); its error file stays where it is.
     o_.notices->Set(lr, w.pid, RoundNotices::Update::ASSIGNED, absl::StrCat("round ", a.round()),
-                    BuildWorkerEnv(EnvInputs(a, lr, restart_count, w.error_file)));
+                    BuildWorkerEnv(EnvInputs(a, lr, index, restart_count, w.error_file)));
     if (o_.progress != nullptr) o_.progress->SetWorker(lr, w.pid);
     next.push_back(std::move(w));
   }
   workers_ = std::move(next);
-  spdlog::debug("round {}: {} workers kept, {} started (attempt {})", a.round(), kept.size(),
-                o_.local_world_size - static_cast<int>(kept.size()), attempt);
+  spdlog::debug("round {}: {} workers kept, {} started, {} slots waiting for spares (attempt {})", a.round(),
+                kept.size(), slots_.size() - kept.size(), o_.local_world_size - static_cast<int>(slots_.size()),
+                attempt);
 }
 
 bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
@@ -499,8 +548,18 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
     if (o_.round_monitor != nullptr) {
       RoundEnd end = o_.round_monitor->Poll();
       if (end.ended) {
-        return {end.run_closed ? Outcome::kRunClosed : Outcome::kMembership, 0, end.reason};
+        // Nothing of this node was lost: its workers leave at a step
+        // boundary. Where a peer was lost their collective fails at once
+        // anyway (or, a peer gone silent, their bound aborts it).
+        return {end.run_closed ? Outcome::kRunClosed : Outcome::kMembership, 0, end.reason, false,
+                /*at_step_boundary=*/true};
       }
+    }
+    if (std::optional<int> ready = SpareReadyForVacant(); ready.has_value()) {
+      return {Outcome::kMembership, 0,
+              absl::StrCat("the spare of local rank ", *ready, " is ready: the node grows back to ",
+                           o_.local_world_size, " workers"),
+              false, /*at_step_boundary=*/true};
     }
     if (std::optional<std::string> lost = PeerLost(); lost.has_value()) {
       // A worker of this node that died fails its local peers' collectives
@@ -513,7 +572,11 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
       }
       return {Outcome::kMembership, 0, *lost};
     }
-    if (std::optional<MonitorResult> stop = TakeProcessEvents(check.next_check); stop.has_value()) return *stop;
+    // While the node runs short, its spares are looked at often (their
+    // readiness wakes nothing).
+    absl::Time until = check.next_check;
+    if (static_cast<int>(slots_.size()) < o_.local_world_size) until = std::min(until, now + kShortNodeLook);
+    if (std::optional<MonitorResult> stop = TakeProcessEvents(until); stop.has_value()) return *stop;
   }
 }
 
@@ -578,6 +641,9 @@ void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) 
 }
 
 void ElasticAgent::StopWorkers(int signo, StopKind kind) {
+  // The next group starts whole.
+  slots_.clear();
+  for (int lr = 0; lr < o_.local_world_size; ++lr) slots_.push_back(lr);
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
   };
@@ -816,6 +882,9 @@ std::optional<rdzv::v1::Assignment> ElasticAgent::JoinRound() {
   rdzv::v1::JoinRequest req;
   req.set_run_id(o_.run_id);
   *req.mutable_node() = o_.node;
+  // A node running short (in-place recovery, a spare still loading) joins
+  // with the workers it has.
+  req.mutable_node()->set_local_world_size(static_cast<int>(slots_.size()));
   *req.mutable_options() = o_.run_options;
   req.set_last_round(run_.last_round);
   req.set_node_secret(node_secret_);
@@ -936,7 +1005,12 @@ void ElasticAgent::RecordWorkerStartup() {
 }
 
 void ElasticAgent::MaybePrepareNextStart() {
-  if (next_start_prepared_ || o_.progress == nullptr) return;
+  // A node running short has asked for the spares it lacks (NextSlots); the
+  // others' follow once it is whole again, so that they do not slow the
+  // spares it waits for.
+  if (next_start_prepared_ || o_.progress == nullptr || static_cast<int>(slots_.size()) < o_.local_world_size) {
+    return;
+  }
   if (!o_.progress->Startup().has_value() || !o_.progress->AllCanWaitWarm()) return;
   next_start_prepared_ = true;
   o_.processes->PrepareNextStart();
@@ -955,7 +1029,8 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
                          {"world_size", int64_t{a.world_size()}}, {"master_addr", a.master_addr()},
                          {"master_port", int64_t{a.master_port()}}, {"restart_count", int64_t{run_.restart_count}}});
   spdlog::info("round {}: node {} of {}, ranks {}..{} of {}, master {}:{}, restart count {}", a.round(),
-               a.group_rank(), a.group_world_size(), a.rank_offset(), a.rank_offset() + o_.local_world_size - 1,
+               a.group_rank(), a.group_world_size(), a.rank_offset(),
+               a.rank_offset() + static_cast<int>(slots_.size()) - 1,
                a.world_size(), a.master_addr(), a.master_port(), run_.restart_count);
   if (o_.round_monitor != nullptr) {
     ProcessLauncher* processes = o_.processes;
@@ -969,7 +1044,7 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   std::vector<int64_t> pids;
   for (const Worker& w : workers_) pids.push_back(w.pid);
   Event("workers_started", {{"round", a.round()}, {"attempt", int64_t{run_.attempt}},
-                            {"local_world_size", int64_t{o_.local_world_size}}, {"pids", pids}});
+                            {"local_world_size", static_cast<int64_t>(slots_.size())}, {"pids", pids}});
   if (restart_.has_value()) RecordRestartPhases(a);
   ++run_.attempt;
   run_.result.attempts = run_.attempt;
@@ -1070,7 +1145,7 @@ ElasticAgent::Stopped ElasticAgent::Stop(const rdzv::v1::Assignment& a, const Mo
       const absl::Time detected = o_.clock->Now();
       StopRoundMonitor();
       std::string why_gang;
-      const bool in_place = HoldSurvivors(m.reason, &why_gang);
+      const bool in_place = HoldSurvivors(m.reason, &why_gang, m.at_step_boundary);
       if (!in_place) StopWorkers(SIGTERM, StopKind::kForRestart);
       return Stopped{StopCause::kMembershipChanged, m.reason, 1, detected, o_.clock->Now(), in_place, why_gang};
     }

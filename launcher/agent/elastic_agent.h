@@ -161,7 +161,8 @@ class ElasticAgent {
 
  private:
   struct Worker {
-    int local_rank = 0;
+    int local_rank = 0;  // its slot on the node: device, logs, agent identity
+    int index = 0;       // LOCAL_RANK in this round: local_rank but while the node runs short
     int rank = 0;
     pid_t pid = 0;
     bool exited = false;
@@ -180,6 +181,9 @@ class ElasticAgent {
     // kSignal: the stop signal has reached the workers already (Slurm's
     // step daemon sent it to every process of the step).
     bool delivered_to_workers = false;
+    // kMembership with nothing lost (a spare ready, a node joining): held
+    // workers leave at their next step boundary (RoundUpdate.at_step_boundary).
+    bool at_step_boundary = false;
   };
   // How StopWorkers begins: kForRestart, the group failed or the round
   // ended (each worker is told to stop now, base::kStopNowSignalValue);
@@ -193,10 +197,14 @@ class ElasticAgent {
   void StartWorkers(const rdzv::v1::Assignment& a, int restart_count, int attempt);
   // One worker: its folder, environment, streams and CPUs; its pid.
   // StartWorker for local rank `lr`; a worker that cannot start is a failed one.
-  Worker StartLocalRank(const rdzv::v1::Assignment& a, int restart_count, const std::string& attempt_dir, int lr);
+  // `index`: its LOCAL_RANK in this round (`lr` but while the node runs short).
+  Worker StartLocalRank(const rdzv::v1::Assignment& a, int restart_count, const std::string& attempt_dir, int lr,
+                        int index);
   absl::StatusOr<pid_t> StartWorker(const rdzv::v1::Assignment& a, int restart_count,
                                     const std::string& attempt_dir, Worker* w);
-  WorkerEnvInputs EnvInputs(const rdzv::v1::Assignment& a, int local_rank, int restart_count,
+  // The environment of the worker of slot `slot` whose LOCAL_RANK is
+  // `index` among the round's slots_.
+  WorkerEnvInputs EnvInputs(const rdzv::v1::Assignment& a, int slot, int index, int restart_count,
                             const std::string& error_file) const;
   StreamSink Sink(int local_rank, int rank, int bit, const std::string& attempt_dir) const;
   MonitorResult Monitor();
@@ -231,7 +239,17 @@ class ElasticAgent {
   std::optional<std::string> WhyNotInPlace() const;
   // Makes sure the lost workers are gone (SIGKILL, bounded) and tells the
   // survivors the round is changing; true when they are held. Else `*why`.
-  bool HoldSurvivors(const std::string& reason, std::string* why);
+  // The slots of the next round are chosen here (NextSlots).
+  bool HoldSurvivors(const std::string& reason, std::string* why, bool at_step_boundary = false);
+  // In-place recovery: the next round's slots. A held worker's, and a lost
+  // one's where its spare is ready or none will come (the new worker is
+  // exec'd, and the round waits for it); a lost slot whose spare is still
+  // loading is left empty: the node runs short (a smaller world) and grows
+  // back when the spare is ready (SpareReadyForVacant).
+  std::vector<int> NextSlots();
+  // A slot left empty whose spare is ready now: the node should join the
+  // next round to grow back. nullopt: none.
+  std::optional<int> SpareReadyForVacant();
   bool AnyHeld() const;
   // The held survivors stop after all (the run ends, or a stop signal).
   void StopHeld(int signo, StopKind kind);
@@ -364,6 +382,9 @@ class ElasticAgent {
   RunState run_;
   int group_world_size_ = 1;  // nodes in the current round
   int64_t round_ = 0;         // the current round's number (0: none yet)
+  // The node's slots with a worker in the current (or next) round, in order;
+  // all of 0..local_world_size-1 but while it runs short.
+  std::vector<int> slots_;
   std::optional<absl::Time> job_collectives_at_;  // when the rendezvous was last asked (JobCollectiveSeq)
   int64_t job_collectives_remote_ = 0;            // what it said
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.

@@ -379,6 +379,100 @@ TEST_F(InPlaceTest, ACollectiveFailedWithNothingLostHereJoinsTheNextRoundAtOnce)
   EXPECT_TRUE(processes_.alive().empty());
 }
 
+// No spare is ready when local rank 1 dies (one will come): the node goes
+// on at once with its survivor alone (LOCAL_RANK 0 of 1, a smaller world)
+// and grows back to two workers when the spare is ready, the survivor
+// still the same process.
+TEST_F(InPlaceTest, WithNoSpareReadyTheNodeRunsShortAndGrowsBackWhenOneIs) {
+  SetUpWorkers(/*declare=*/true);
+  o_.max_restarts = 1;
+  o_.fake_gpus = 2;
+  processes_.spares_come = true;
+  processes_.CallAt(clock_.Now() + absl::Seconds(3), [this] { processes_.MakeSpareReady(1); });
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restart_count, 1) << "the growth spends no restart";
+  EXPECT_EQ(processes_.spares_wanted(), std::vector<int>{1});
+  ASSERT_EQ(processes_.started().size(), 3u);
+  EXPECT_EQ(processes_.started()[2].spec.slot, 1);
+  const absl::Time t0 = processes_.started()[0].time;
+  EXPECT_GE(processes_.started()[2].time, t0 + absl::Seconds(3)) << "not before its spare is ready";
+  EXPECT_LE(processes_.started()[2].time, t0 + absl::Seconds(3) + absl::Milliseconds(100))
+      << "a node running short looks at its spares often";
+  EXPECT_EQ(Env(2, "LOCAL_RANK"), "1");
+  EXPECT_EQ(Env(2, "LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(Env(2, "CPPTORCHRUN_RDZV_ROUND"), "3");
+  const std::vector<rdzv::v1::JoinRequest> joins = rdzv_.joins();
+  ASSERT_EQ(joins.size(), 3u);
+  EXPECT_EQ(joins[0].node().local_world_size(), 2);
+  EXPECT_EQ(joins[1].node().local_world_size(), 1) << "short: the survivor alone";
+  EXPECT_EQ(joins[2].node().local_world_size(), 2) << "grown back";
+  const pid_t survivor = processes_.started()[0].pid;
+  for (auto [pid, sig] : processes_.signals_sent()) EXPECT_NE(pid, survivor) << "signal " << sig;
+  const RoundNotices::Update u = notices_.Current(0, survivor);
+  EXPECT_EQ(u.generation(), 4) << "CHANGING, ASSIGNED (short), CHANGING, ASSIGNED (whole)";
+  EXPECT_EQ(u.env().at("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(u.env().at("CPPTORCHRUN_FAKE_GPU"), "0");
+  std::vector<std::vector<int64_t>> vacant;
+  std::vector<int64_t> local_world_sizes;
+  for (const auto& [name, fields] : events_.events()) {
+    std::map<std::string, EventValue> f(fields.begin(), fields.end());
+    if (name == "survivors_held") vacant.push_back(std::get<std::vector<int64_t>>(f.at("vacant")));
+    if (name == "workers_started") local_world_sizes.push_back(std::get<int64_t>(f.at("local_world_size")));
+  }
+  EXPECT_EQ(vacant, (std::vector<std::vector<int64_t>>{{1}, {}}));
+  EXPECT_EQ(local_world_sizes, (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_THAT(std::get<std::string>(Last("round_ended").at("reason")),
+              HasSubstr("the spare of local rank 1 is ready"));
+  EXPECT_TRUE(processes_.alive().empty());
+}
+
+// Slot 0 is lost and runs short: the survivor of slot 1 is LOCAL_RANK 0 of
+// 1 meanwhile and keeps its device (fake GPU 1); grown back, LOCAL_RANK 1.
+TEST_F(InPlaceTest, ASurvivorOfAHigherSlotKeepsItsDeviceWhileTheNodeRunsShort) {
+  o_.max_restarts = 1;
+  o_.in_place = true;
+  o_.notices = &notices_;
+  o_.fake_gpus = 2;
+  processes_.spares_come = true;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = s.spec.slot;
+    const pid_t pid = s.pid;
+    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
+      agent::v1::WorkerEvent e;
+      e.set_local_rank(lr);
+      e.set_pid(pid);
+      e.set_kind(agent::v1::WorkerEvent::STARTED);
+      e.set_can_recover_in_place(true);
+      ASSERT_TRUE(board_.RecordEvent(e).ok());
+    });
+    const bool first_of_slot_0 = lr == 0 && p.started().size() == 1;
+    p.ExitAt(pid, s.time + (first_of_slot_0 ? absl::Seconds(2) : absl::Seconds(10)),
+             first_of_slot_0 ? ExitStatus::Killed(SIGKILL) : ExitStatus::Exited(0));
+  };
+  RoundNotices::Update short_round;
+  processes_.CallAt(clock_.Now() + absl::Seconds(3), [this, &short_round] {
+    short_round = notices_.Current(1, processes_.started()[1].pid);
+  });
+  processes_.CallAt(clock_.Now() + absl::Seconds(4), [this] { processes_.MakeSpareReady(0); });
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(short_round.state(), RoundNotices::Update::ASSIGNED);
+  ASSERT_EQ(short_round.env().count("LOCAL_RANK"), 1u);
+  EXPECT_EQ(short_round.env().at("LOCAL_RANK"), "0");
+  EXPECT_EQ(short_round.env().at("LOCAL_WORLD_SIZE"), "1");
+  EXPECT_EQ(short_round.env().at("RANK"), "0");
+  EXPECT_EQ(short_round.env().at("CPPTORCHRUN_FAKE_GPU"), "1") << "its own device";
+  ASSERT_EQ(processes_.started().size(), 3u);
+  EXPECT_EQ(processes_.started()[2].spec.slot, 0);
+  EXPECT_EQ(Env(2, "LOCAL_RANK"), "0");
+  EXPECT_EQ(Env(2, "CPPTORCHRUN_FAKE_GPU"), "0");
+  const RoundNotices::Update grown = notices_.Current(1, processes_.started()[1].pid);
+  EXPECT_EQ(grown.env().at("LOCAL_RANK"), "1");
+  EXPECT_EQ(grown.env().at("RANK"), "1");
+  EXPECT_EQ(grown.env().at("CPPTORCHRUN_FAKE_GPU"), "1");
+}
+
 // The same report while a worker of this node has died: that death is the
 // failure (a restart spent, the dead rank started again), not a peer's.
 TEST_F(InPlaceTest, ALocalDeathIsAFailureEvenWhenItsPeerReportedFirst) {

@@ -32,6 +32,7 @@ absl::StatusOr<pid_t> FakeProcessLauncher::Start(const ProcessSpec& spec) {
       return absl::FailedPreconditionError("cannot exec " + spec.argv.at(0) + ": fake failure");
     }
     s.pid = next_pid_++;
+    spares_ready_.erase(spec.slot);  // a ready spare becomes the worker
     s.spec = spec;
     s.time = clock_->Now();
     started_.push_back(s);
@@ -168,6 +169,27 @@ void FakeProcessLauncher::Wakeup() {
 void FakeProcessLauncher::PrepareNextStart() {
   absl::MutexLock lock(&mu_);
   prepared_.push_back(clock_->Now());
+}
+
+bool FakeProcessLauncher::WantSpare(int slot) {
+  absl::MutexLock lock(&mu_);
+  spares_wanted_.push_back(slot);
+  return spares_come;
+}
+
+bool FakeProcessLauncher::SpareReady(int slot) {
+  absl::MutexLock lock(&mu_);
+  return spares_ready_.count(slot) != 0;
+}
+
+void FakeProcessLauncher::MakeSpareReady(int slot) {
+  absl::MutexLock lock(&mu_);
+  spares_ready_.insert(slot);
+}
+
+std::vector<int> FakeProcessLauncher::spares_wanted() const {
+  absl::MutexLock lock(&mu_);
+  return spares_wanted_;
 }
 
 std::vector<absl::Time> FakeProcessLauncher::prepared() const {

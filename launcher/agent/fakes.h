@@ -47,6 +47,13 @@ class FakeProcessLauncher final : public ProcessLauncher {
   void PrepareNextStart() override;
   // How often the agent asked to prepare the next start, and when.
   std::vector<absl::Time> prepared() const;
+  // Spares for slots left empty: WantSpare says `spares_come` (and records
+  // the slot); SpareReady says whether the test made it ready.
+  bool spares_come = false;
+  bool WantSpare(int slot) override;
+  bool SpareReady(int slot) override;
+  void MakeSpareReady(int slot);
+  std::vector<int> spares_wanted() const;
 
   // Scheduling.
   void ExitAt(pid_t pid, absl::Time t, ExitStatus status);
@@ -97,6 +104,8 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::vector<std::pair<pid_t, int>> signals_ ABSL_GUARDED_BY(mu_);
   int wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> prepared_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> spares_wanted_ ABSL_GUARDED_BY(mu_);
+  std::set<int> spares_ready_ ABSL_GUARDED_BY(mu_);
 };
 
 // Ends when the test calls End. Thread-safe.

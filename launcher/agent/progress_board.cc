@@ -210,6 +210,7 @@ bool ProgressBoard::AllCanWaitWarm() const {
   absl::MutexLock lock(&mu_);
   if (pids_.empty()) return false;
   for (size_t lr = 0; lr < pids_.size(); ++lr) {
+    if (pids_[lr] < 0) continue;  // an empty slot
     auto it = reports_.find(static_cast<int>(lr));
     if (it == reports_.end() || !it->second.can_wait_warm) return false;
   }
@@ -227,6 +228,7 @@ std::optional<GroupStartup> ProgressBoard::Startup() const {
   if (pids_.empty()) return std::nullopt;
   GroupStartup g{absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast()};
   for (size_t lr = 0; lr < pids_.size(); ++lr) {
+    if (pids_[lr] < 0) continue;  // an empty slot
     auto it = reports_.find(static_cast<int>(lr));
     if (it == reports_.end() || !it->second.first_step_at.has_value() || !it->second.comm_ready_at.has_value()) {
       return std::nullopt;

@@ -72,6 +72,8 @@ class ProgressBoard {
   // (in-place recovery): `kept[local_rank]` is a worker that stays; what
   // its STARTED said is kept, its steps and start-up times start afresh.
   void Begin(int local_world_size, const std::map<int, int64_t>& kept);
+  // pid -1: the slot stays empty this round (a node running short under
+  // in-place recovery): nobody reports for it, and nobody is waited for.
   void SetWorker(int local_rank, int64_t pid);
 
   // Records a heartbeat. Returns false (and records nothing) when its pid is

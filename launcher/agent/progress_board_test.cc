@@ -139,6 +139,32 @@ TEST(ProgressBoard, RecoveringCountsOnlyForTheRoundAsked) {
   EXPECT_FALSE(board.RecoveringIn(3).has_value());
 }
 
+// A node running short: its empty slot (-1) takes no report and is not
+// waited for by the start-up or the warm spares' rule.
+TEST(ProgressBoard, AnEmptySlotIsNotWaitedFor) {
+  base::FakeClock clock(kT0);
+  ProgressBoard board(&clock);
+  board.Begin(2);
+  board.SetWorker(0, 11);
+  board.SetWorker(1, -1);
+  agent::v1::WorkerEvent e;
+  e.set_local_rank(0);
+  e.set_pid(11);
+  e.set_can_wait_warm(true);
+  for (auto kind : {agent::v1::WorkerEvent::STARTED, agent::v1::WorkerEvent::COMMUNICATOR_READY,
+                    agent::v1::WorkerEvent::FIRST_STEP}) {
+    e.set_kind(kind);
+    ASSERT_TRUE(board.RecordEvent(e).ok());
+  }
+  EXPECT_TRUE(board.Startup().has_value());
+  EXPECT_TRUE(board.AllCanWaitWarm());
+  e.set_local_rank(1);
+  e.set_pid(-1);
+  EXPECT_FALSE(board.RecordEvent(e).ok());
+  board.SetWorker(1, 12);
+  EXPECT_FALSE(board.Startup().has_value()) << "filled: local rank 1 has not started";
+}
+
 TEST(ProgressBoard, AStopRequestLastsUntilTheNextGroup) {
   base::FakeClock clock(kT0);
   ProgressBoard board(&clock);

@@ -39,7 +39,7 @@ void RoundNotices::AnswerLocked(int local_rank) {
 }
 
 void RoundNotices::Set(int local_rank, int64_t pid, Update::State state, const std::string& reason,
-                       std::map<std::string, std::string> env) {
+                       std::map<std::string, std::string> env, bool at_step_boundary) {
   absl::MutexLock lock(&mu_);
   Slot& slot = slots_[local_rank];
   const int64_t generation = slot.update.generation() + 1;
@@ -48,6 +48,7 @@ void RoundNotices::Set(int local_rank, int64_t pid, Update::State state, const s
   slot.update.set_generation(generation);
   slot.update.set_state(state);
   slot.update.set_reason(reason);
+  slot.update.set_at_step_boundary(at_step_boundary);
   for (auto& [k, v] : env) (*slot.update.mutable_env())[k] = std::move(v);
   AnswerLocked(local_rank);
 }

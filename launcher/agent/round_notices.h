@@ -26,8 +26,10 @@ class RoundNotices {
   // Local rank `local_rank`'s worker is now `pid` with `state` (env: the
   // new round's environment for ASSIGNED). Bumps the slot's generation and
   // answers the waiters of that slot whose pid is `pid`.
+  // `at_step_boundary`: a CHANGING that may wait for the worker's next step
+  // boundary (agent.proto).
   void Set(int local_rank, int64_t pid, Update::State state, const std::string& reason,
-           std::map<std::string, std::string> env = {});
+           std::map<std::string, std::string> env = {}, bool at_step_boundary = false);
   // Every slot goes to STOP (the group is stopped as a whole): waiters are
   // answered, later queries too.
   void StopAll(const std::string& reason);

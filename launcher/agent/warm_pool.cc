@@ -163,6 +163,31 @@ void WarmPool::PrepareNextStart() {
   }
 }
 
+bool WarmPool::WantSpare(int slot) {
+  if (!o_.spares || spares_off_ || !group_ran_ || slot < 0 || slot >= o_.local_world_size) return false;
+  restarted_ = true;
+  auto it = spares_.find(slot);
+  if (it == spares_.end()) {
+    // Started at the next Wait: the survivors' round comes first.
+    wanted_.insert(slot);
+    return true;
+  }
+  // One loading at SCHED_IDLE is wanted now: it loads at the workers' priority.
+  if (it->second.idle && !it->second.ready) {
+    if (absl::Status s = base::LeaveIdlePriority(it->second.pid); !s.ok()) {
+      spdlog::warn("the warm spare of local rank {} stays at SCHED_IDLE: {}", slot, s.ToString());
+    }
+    it->second.idle = false;
+  }
+  return true;
+}
+
+bool WarmPool::SpareReady(int slot) {
+  CheckSpares();
+  auto it = spares_.find(slot);
+  return it != spares_.end() && it->second.ready;
+}
+
 absl::StatusOr<pid_t> WarmPool::FromSpare(const ProcessSpec& spec, int local_rank) {
   Warm w = spares_[local_rank];
   spares_.erase(local_rank);
@@ -270,6 +295,10 @@ void WarmPool::CheckSpares() {
 }
 
 std::vector<ProcessEvent> WarmPool::Wait(absl::Time deadline) {
+  for (int slot : wanted_) {
+    if (!spares_off_ && spares_.count(slot) == 0) StartSpare(slot);
+  }
+  wanted_.clear();
   CheckSpares();
   std::vector<ProcessEvent> out;
   for (const ProcessEvent& e : inner_->Wait(deadline)) {

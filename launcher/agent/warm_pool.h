@@ -104,6 +104,10 @@ class WarmPool final : public ProcessLauncher {
   void DrainOutput(absl::Time deadline) override { inner_->DrainOutput(deadline); }
   // Starts a spare for each local rank without one (when spares are on).
   void PrepareNextStart() override;
+  // Only once a group has said its workers can wait warm (PrepareNextStart
+  // came): the spare starts at the workers' priority.
+  bool WantSpare(int slot) override;
+  bool SpareReady(int slot) override;
 
   // For tests and status: the spares' pids by local rank; the forkserver's.
   std::map<int, pid_t> spares() const;
@@ -147,6 +151,8 @@ class WarmPool final : public ProcessLauncher {
   Warm forkserver_;
   int forkserver_losses_ = 0;
   bool forkserver_off_ = false;
+  // Slots whose spare WantSpare asked for, started at the next Wait.
+  std::set<int> wanted_;
   // Warm processes stopped by the pool: their exits are not reported.
   std::set<pid_t> discarded_;
 };

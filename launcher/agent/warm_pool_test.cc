@@ -221,6 +221,37 @@ TEST_F(WarmPoolTest, NoSpareBeforeTheFirstRestartWhereEveryCpuIsBusy) {
   EXPECT_EQ(sched_getscheduler(pool.spares().at(0)), SCHED_OTHER);
 }
 
+// In-place recovery with no spare ready: a slot left empty asks for its
+// spare (none before: every CPU was busy); it starts at the next Wait, at
+// the workers' priority, and says when it is ready. Before any group has
+// run (nobody said it can wait warm) none will come.
+TEST_F(WarmPoolTest, AnEmptySlotGetsItsSpareAtTheNextWait) {
+  WarmPoolOptions o = Options();
+  o.spares = true;
+  o.before_restart = WarmPoolOptions::Before::kNone;
+  o.program_argv = {Helper(), "spare"};
+  WarmPool pool(inner_.get(), o);
+  EXPECT_FALSE(pool.WantSpare(0)) << "no group has run";
+  auto first = pool.Start(Worker("m1"));
+  ASSERT_TRUE(first.ok());
+  pool.PrepareNextStart();
+  EXPECT_TRUE(pool.spares().empty());
+  EXPECT_FALSE(pool.WantSpare(1)) << "no such slot";
+  EXPECT_TRUE(pool.WantSpare(0));
+  EXPECT_TRUE(pool.spares().empty()) << "not before the next Wait";
+  EXPECT_FALSE(pool.SpareReady(0));
+  ASSERT_TRUE(WaitExit(pool, *first).has_value());
+  ASSERT_EQ(pool.spares().size(), 1u);
+  EXPECT_EQ(sched_getscheduler(pool.spares().at(0)), SCHED_OTHER);
+  ASSERT_TRUE(WaitForEvents(pool, "spare_ready", 1));
+  EXPECT_TRUE(pool.SpareReady(0));
+  auto second = pool.Start(Worker("m2"));
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(WaitExit(pool, *second).has_value());
+  EXPECT_EQ(Read("m2"), "warm MARK=m2\n");
+  EXPECT_FALSE(pool.SpareReady(0)) << "it became the worker";
+}
+
 TEST_F(WarmPoolTest, ASpareThatDiesWhileWaitingIsReplaced) {
   WarmPoolOptions o = Options();
   o.spares = true;

@@ -113,6 +113,14 @@ class ProcessLauncher {
   // and its workers said they can wait warm (agent.proto's STARTED): a
   // good time to prepare the next start (warm_pool.h). Default: nothing.
   virtual void PrepareNextStart() {}
+  // In-place recovery with no spare ready (docs/DESIGN.md): slot `slot` is
+  // left empty while the node runs on with fewer workers, and wants a spare
+  // to grow back with. Starts one now (the job has restarted) unless one is
+  // there; false where no spare will come (spares off, or the program
+  // cannot wait warm). Default: none will.
+  virtual bool WantSpare(int slot) { return false; }
+  // That slot's spare has loaded and waits (no waiting here).
+  virtual bool SpareReady(int slot) { return false; }
 
   // The scheduling state of a process this launcher started (ProcessState
   // below; a fake reports what its test sets).

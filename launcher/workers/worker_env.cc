@@ -68,16 +68,17 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
     }
   }
   if (!in.local_addr.empty()) env["CPPTORCHRUN_LOCAL_ADDR"] = in.local_addr;
+  const int slot = in.slot >= 0 ? in.slot : in.local_rank;
   if (in.fake_gpus > 0) {
-    env["CPPTORCHRUN_FAKE_GPU"] = absl::StrCat(in.local_rank);
+    env["CPPTORCHRUN_FAKE_GPU"] = absl::StrCat(slot);
     env["CPPTORCHRUN_FAKE_GPUS"] = absl::StrCat(in.fake_gpus);
   }
   if (in.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";
-    std::string device = absl::StrCat(in.local_rank);
+    std::string device = absl::StrCat(slot);
     if (auto it = in.base.find("CUDA_VISIBLE_DEVICES"); it != in.base.end() && !it->second.empty()) {
       std::vector<std::string> visible = absl::StrSplit(it->second, ',');
-      if (in.local_rank < static_cast<int>(visible.size())) device = visible[in.local_rank];
+      if (slot < static_cast<int>(visible.size())) device = visible[slot];
     }
     env["CUDA_VISIBLE_DEVICES"] = device;
   }

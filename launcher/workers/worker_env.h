@@ -18,6 +18,12 @@ struct WorkerEnvInputs {
   std::string role = "default";
   int local_rank = 0;
   int local_world_size = 1;
+  // The worker's slot on the node (its device: the fake GPU index, the GPU
+  // under virtual_local_rank); -1: local_rank. They differ only while a
+  // node runs with fewer workers than --nproc_per_node (in-place recovery
+  // with no spare ready, docs/DESIGN.md): LOCAL_RANK stays contiguous, a
+  // worker keeps its device.
+  int slot = -1;
   // From the round's assignment.
   int group_rank = 0;
   int group_world_size = 1;

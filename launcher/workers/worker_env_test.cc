@@ -78,6 +78,14 @@ TEST(WorkerEnv, FakeGpus) {
   in.rdzv_token_file = "/run/token";
   auto env = BuildWorkerEnv(in);
   EXPECT_EQ(env.at("CPPTORCHRUN_FAKE_GPU"), "1");
+  // A node running short (in-place recovery): LOCAL_RANK is its place,
+  // the device its slot's.
+  in.slot = 3;
+  in.local_rank = 0;
+  in.local_world_size = 1;
+  env = BuildWorkerEnv(in);
+  EXPECT_EQ(env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(env.at("CPPTORCHRUN_FAKE_GPU"), "3");
   EXPECT_EQ(env.at("CPPTORCHRUN_FAKE_GPUS"), "2");
   EXPECT_EQ(env.at("CPPTORCHRUN_RDZV_TOKEN_FILE"), "/run/token");
 }

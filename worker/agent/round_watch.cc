@@ -1,5 +1,7 @@
 #include "worker/agent/round_watch.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -35,11 +37,30 @@ void RoundWatcher::Loop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
+    absl::Duration wait = options_.poll;
+    {
+      // A change at a step boundary the training thread has not taken in
+      // time: abort the collective in flight after all (under mu_, so that
+      // TakeChange, and with it a next round's communicator, comes after).
+      absl::MutexLock lock(&mu_);
+      if (boundary_since_.has_value()) {
+        const absl::Duration left = *boundary_since_ + options_.boundary_bound - absl::Now();
+        if (left <= absl::ZeroDuration()) {
+          boundary_since_.reset();
+          if (on_changing_) {
+            on_changing_(absl::StrCat(latest_.reason(), " (no step boundary within ",
+                                      absl::FormatDuration(options_.boundary_bound), ")"));
+          }
+        } else {
+          wait = std::min(wait, left);
+        }
+      }
+    }
     agent_pb::RoundQuery query;
     query.set_local_rank(options_.local_rank);
     query.set_pid(options_.pid);
     query.set_known_generation(known);
-    absl::StatusOr<agent_pb::RoundUpdate> got = client_->AwaitRound(query, options_.poll);
+    absl::StatusOr<agent_pb::RoundUpdate> got = client_->AwaitRound(query, wait);
     if (!got.ok()) {
       if (absl::IsDeadlineExceeded(got.status())) {
         failures = 0;
@@ -61,14 +82,30 @@ void RoundWatcher::Loop() {
     failures = 0;
     if (got->generation() <= known) continue;
     known = got->generation();
-    const bool changing = got->state() == agent_pb::RoundUpdate::CHANGING ||
-                          got->state() == agent_pb::RoundUpdate::STOP;
+    const bool at_boundary = got->state() == agent_pb::RoundUpdate::CHANGING && got->at_step_boundary();
+    const bool changing = !at_boundary && (got->state() == agent_pb::RoundUpdate::CHANGING ||
+                                           got->state() == agent_pb::RoundUpdate::STOP);
     {
       absl::MutexLock lock(&mu_);
       latest_ = *got;
+      if (at_boundary) boundary_since_ = absl::Now();
+      if (changing) boundary_since_.reset();
     }
     if (changing && on_changing_) on_changing_(got->reason());
   }
+}
+
+bool RoundWatcher::ChangeAtBoundary(int64_t current_round) const {
+  absl::MutexLock lock(&mu_);
+  if (latest_.state() == agent_pb::RoundUpdate::CHANGING) return latest_.at_step_boundary();
+  if (latest_.state() != agent_pb::RoundUpdate::ASSIGNED) return false;
+  std::map<std::string, std::string> env(latest_.env().begin(), latest_.env().end());
+  return RoundOf(env) > current_round;
+}
+
+void RoundWatcher::TakeChange() {
+  absl::MutexLock lock(&mu_);
+  boundary_since_.reset();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> RoundWatcher::AwaitAssignment(int64_t after_round,

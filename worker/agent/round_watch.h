@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -31,6 +32,10 @@ struct RoundWatchOptions {
   // next one waits this long; this many failures in a row end the watch.
   absl::Duration retry = absl::Milliseconds(100);
   int max_failures = 50;
+  // A change at a step boundary (RoundUpdate.at_step_boundary) not taken
+  // (TakeChange) within this long is escalated: `on_changing` aborts the
+  // collective in flight, as for a plain CHANGING.
+  absl::Duration boundary_bound = absl::Seconds(1);
 };
 
 // The environment variable of the round a worker's environment is for.
@@ -55,17 +60,28 @@ class RoundWatcher {
   absl::StatusOr<std::map<std::string, std::string>> AwaitAssignment(int64_t after_round,
                                                                       absl::Duration timeout);
 
+  // The launcher changes the round without a loss (a node grows back or
+  // joins): the worker should leave `current_round` at its next step
+  // boundary. True from such a CHANGING (or a newer round's ASSIGNED) on.
+  bool ChangeAtBoundary(int64_t current_round) const;
+  // The training thread leaves its round (at a boundary, or because a
+  // collective failed): a pending change is no longer escalated, so that
+  // the next round's communicator is never aborted for it.
+  void TakeChange();
+
  private:
   void Loop();
 
   AgentClient* const client_;
   const RoundWatchOptions options_;
   const std::function<void(const std::string&)> on_changing_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the watch gave up (why in end_)
   std::string end_ ABSL_GUARDED_BY(mu_);
   agent_pb::RoundUpdate latest_ ABSL_GUARDED_BY(mu_);
+  // A change at a step boundary, since when, until taken or escalated.
+  std::optional<absl::Time> boundary_since_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

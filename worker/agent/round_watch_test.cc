@@ -3,7 +3,9 @@
 // AwaitAssignment, STOP and an agent without notices end the wait with why.
 #include "worker/agent/round_watch.h"
 
+#include <atomic>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,62 @@ TEST(RoundWatcher, ChangingAbortsThenTheNewRoundIsHandedOver) {
   EXPECT_EQ(q[0].pid(), 42);
   EXPECT_EQ(q[0].known_generation(), 0);
   EXPECT_EQ(q[1].known_generation(), 1);
+}
+
+agent_pb::RoundUpdate AtBoundary(int64_t generation) {
+  agent_pb::RoundUpdate u = Update(generation, agent_pb::RoundUpdate::CHANGING);
+  u.set_reason("the spare of local rank 1 is ready");
+  u.set_at_step_boundary(true);
+  return u;
+}
+
+// Polls `done` until it holds or 30 s pass.
+bool Eventually(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// A change at a step boundary aborts nothing: the training thread sees it
+// (ChangeAtBoundary) and takes it; nothing is aborted later either.
+TEST(RoundWatcher, AChangeAtAStepBoundaryWaitsForTheTrainingThread) {
+  ScriptedAgent agent;
+  std::atomic<int> aborts{0};
+  RoundWatchOptions options;
+  options.boundary_bound = absl::Milliseconds(100);
+  RoundWatcher watcher(&agent, options, [&](const std::string&) { ++aborts; });
+  EXPECT_FALSE(watcher.ChangeAtBoundary(3));
+  agent.Push(AtBoundary(1));
+  ASSERT_TRUE(Eventually([&] { return watcher.ChangeAtBoundary(3); }));
+  watcher.TakeChange();
+  agent.Push(Update(2, agent_pb::RoundUpdate::ASSIGNED, 4));
+  ASSERT_TRUE(watcher.AwaitAssignment(3, absl::Seconds(30)).ok());
+  EXPECT_TRUE(watcher.ChangeAtBoundary(3)) << "the new round is there";
+  EXPECT_FALSE(watcher.ChangeAtBoundary(4)) << "and taken";
+  // Three bounds later, still nothing aborted.
+  EXPECT_FALSE(watcher.AwaitAssignment(4, absl::Milliseconds(300)).ok());
+  EXPECT_EQ(aborts.load(), 0);
+}
+
+// Not taken within its bound (a rank waits in a collective its peers left
+// at their boundary): aborted after all, saying why.
+TEST(RoundWatcher, AChangeAtAStepBoundaryNotTakenInTimeAborts) {
+  ScriptedAgent agent;
+  absl::Notification aborted;
+  std::string why;
+  RoundWatchOptions options;
+  options.boundary_bound = absl::Milliseconds(50);
+  RoundWatcher watcher(&agent, options, [&](const std::string& reason) {
+    why = reason;
+    aborted.Notify();
+  });
+  agent.Push(AtBoundary(1));
+  ASSERT_TRUE(aborted.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_NE(why.find("the spare of local rank 1 is ready"), std::string::npos) << why;
+  EXPECT_NE(why.find("no step boundary within 50ms"), std::string::npos) << why;
 }
 
 TEST(RoundWatcher, StopEndsTheWaitAsCancelled) {

@@ -145,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const CommSetup& 
       nccl.store = setup.store;
       nccl.rank = setup.rank;
       nccl.world_size = setup.world_size;
-      nccl.device = setup.local_rank;
+      nccl.device = setup.device >= 0 ? setup.device : setup.local_rank;
       nccl.timeout = setup.timeout;
       return NewNcclCommunicator(nccl);
     }

@@ -45,6 +45,10 @@ struct CommSetup {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // The process's GPU (NCCL); -1: local_rank. A worker kept through a round
+  // change keeps its device while its LOCAL_RANK may change (a node running
+  // short, docs/DESIGN.md "In-place recovery").
+  int device = -1;
   // The node's ranks and the nodes (the hierarchical backend).
   int local_world_size = 1;
   int group_rank = 0;

@@ -587,6 +587,11 @@ absl::Status TrainingRun::RunEpoch() {
       return absl::CancelledError(absl::StrCat("stopped at the launcher's request after step ",
                                                pos_.global_step));
     }
+    if (plan.sync && deps_.recover && deps_.round_changing && deps_.round_changing()) {
+      comm_failed_ = true;  // Recoverable: the next round, from this very step
+      return absl::AbortedError(absl::StrCat("the round changes at the step boundary after step ",
+                                             pos_.global_step));
+    }
   }
   last_epoch_loss_ = batches > 0 ? loss_sum / batches : std::nan("");
   ++pos_.epoch;

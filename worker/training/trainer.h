@@ -80,6 +80,11 @@ struct TrainDeps {
   // there); true stops training there with Cancelled. The binary passes
   // the agent's HeartbeatAck.stop_requested.
   std::function<bool()> stop_requested;
+  // Optional, with `recover`: polled at every optimizer-step boundary; true
+  // when the launcher changes the round without a loss (a node grows back
+  // or joins, RoundWatcher::ChangeAtBoundary): the worker leaves the round
+  // there, through `recover`, and no step is redone.
+  std::function<bool()> round_changing;
   // Optional: polled after every batch; a request is kept until the next
   // optimizer-step boundary (the only place a checkpoint is consistent),
   // where rank 0 writes the checkpoint (when checkpoints are on) and
