@@ -18,8 +18,10 @@ worker is killed, and how soon a lost node is noticed.
         restarted worker execs python and imports torch) and forkserver
         (forked from the warm forkserver).
   * kill -9 of one worker under --recovery in_place (no checkpoint folder)
-    -> every worker's next completed step (the launcher's `recovered`
-    event), with its phases; the first kill without a warm spare.
+    -> every worker's next completed step (the launchers' `recovered`
+    events), with its phases, on one node and on two namespaced nodes; the
+    first kill without a warm spare (the node runs short until its spare is
+    ready; the replacement's first step is timed too).
   * node loss: a node cut off the network (its veth down) -> the survivor's
     launcher records the round's end (round_ended in its event log).
 
@@ -240,14 +242,84 @@ def one_node(ctx, res, kills, warm=True):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def whole_and_recovered(events, nproc):
+    """A node's last round has all `nproc` workers and every round since
+    the first has its `recovered` event (every worker made a step in it)."""
+    started = jobs.named(events, "workers_started")
+    return (bool(started) and len(started[-1]["pids"]) == nproc and
+            len(jobs.named(events, "recovered")) == len(started) - 1)
+
+
+def in_place_kills(res, name, kills, nodes, victim_node, alive, log_tail):
+    """`kills` + 1 kills of local rank 1 on `victim_node` under --recovery
+    in_place, timed to every node's next completed step: each node's first
+    `recovered` event after the kill (its time is when the last of its
+    workers' first step of the new round reached the launcher; the kill is
+    timed here, on the same wall clock). `nodes`: each node's events().
+
+    The first kill finds no warm spare (on 2 busy CPUs spares start only
+    after a job's first restart): <name>/no_spare_yet. The node then runs
+    short (the survivors go on at the smaller world) until the spare is
+    ready, and grows back at a step boundary: the replacement's first step
+    is timed from its spare's ready (replacement_ready_to_first_step) and
+    from the kill. Each later kill waits for the spares and for every node
+    to be whole."""
+    events = nodes[victim_node]
+    for k in range(kills + 1):
+        harness.wait_for(lambda: all(whole_and_recovered(n(), 2) for n in nodes) or not alive(), 300,
+                         "every node whole after recovery %d" % k)
+        if k == 0:
+            # Training, and every worker has said it can recover in place
+            # (a worker killed before that restarts the group whole).
+            harness.wait_for(lambda: re.search(r"step [1-9]\d\d+/", log_tail()) or not alive(), 300,
+                             "100 steps")
+        else:
+            harness.wait_for(lambda: spares_ready_in(events(), 2) or not alive(), 300, "the warm spares")
+        if not alive():
+            raise RuntimeError("%s: the job ended after %d kills:\n%s\n%s" % (name, k, log_tail(),
+                                                                               [n() for n in nodes]))
+        figure = name + "/no_spare_yet" if k == 0 else name
+        victim = jobs.named(events(), "workers_started")[-1]["pids"][1]
+        killed = time.time()
+        os.kill(victim, signal.SIGKILL)
+
+        def after_kill(n):
+            return [e for e in jobs.named(n(), "recovered") if e["time"] > killed][:1]
+        done = harness.wait_for(lambda: (all(after_kill(n) for n in nodes) and [after_kill(n)[0] for n in nodes])
+                                or (not alive() and "ended"), 120, "recovery after kill %d (%s)" % (k + 1, name))
+        if done == "ended":
+            raise RuntimeError("%s: the job ended during kill %d:\n%s" % (name, k + 1, log_tail()))
+        res.add("recovery/%s/kill_to_next_step_ms" % figure, (max(e["time"] for e in done) - killed) * 1e3, "ms")
+        own = done[victim_node]
+        for phase in ("detected_to_aborted_s", "aborted_to_round_formed_s", "round_formed_to_started_s",
+                      "started_to_comm_ready_s", "comm_ready_to_state_received_s",
+                      "state_received_to_next_step_s", "total_s"):
+            res.add("recovery/%s/phase/%s_ms" % (figure, phase[:-2]), own[phase] * 1e3, "ms")
+        held = [e for e in jobs.named(events(), "survivors_held") if e["time"] > killed][:1]
+        if held and held[0]["vacant"]:
+            # Short: the replacement joins when its spare is ready.
+            harness.wait_for(lambda: whole_and_recovered(events(), 2) or not alive(), 300, "the node grown back")
+            ev = events()
+            grown = [e for e in jobs.named(ev, "recovered") if e["time"] > own["time"]][0]
+            ready = [e for e in jobs.named(ev, "spare_ready") if e["time"] <= grown["time"]][-1]
+            spare = [e for e in jobs.named(ev, "spare_started", local_rank=ready["local_rank"])
+                     if e["time"] <= ready["time"]][-1]
+            res.add("recovery/%s/replacement_ready_to_first_step_ms" % figure,
+                    (grown["time"] - ready["time"]) * 1e3, "ms")
+            res.add("recovery/%s/replacement_startup_ms" % figure, (ready["time"] - spare["time"]) * 1e3, "ms")
+            res.add("recovery/%s/kill_to_replacement_first_step_ms" % figure, (grown["time"] - killed) * 1e3, "ms")
+    for i, n in enumerate(nodes):
+        ev = n()
+        kept = {e["pids"][0] for e in jobs.named(ev, "workers_started")}
+        res.note("recovery", "%s, node %d: %d kills, every recovery in place: %s; local rank 0 kept one process "
+                             "throughout: %s; rounds run short: %d"
+                 % (name, i, kills + 1, all(r["path"] == "in_place" for r in jobs.named(ev, "recovered")),
+                    len(kept) == 1, sum(1 for e in jobs.named(ev, "survivors_held") if e["vacant"])))
+
+
 def in_place_one_node(ctx, res, kills):
-    """`train` on one node with --recovery in_place and no checkpoint folder:
-    kill -9 of local rank 1 -> every worker's next completed step, as the
-    launcher's `recovered` event records it (its time is when the last
-    worker's first step after the new round reached the launcher; the kill
-    is timed here, on the same wall clock). The first kill finds no warm
-    spare (on 2 busy CPUs spares start only after a job's first restart:
-    <name>/no_spare_yet); each later kill waits for the spares."""
+    """`train` on one node (2 workers on fake GPUs) with --recovery
+    in_place and no checkpoint folder (in_place_kills)."""
     name = "cpptorchrun/in_place_one_node"
     work = tempfile.mkdtemp(prefix="cpt-bench-inplace-")
     log = os.path.join(work, "job.log")
@@ -257,45 +329,38 @@ def in_place_one_node(ctx, res, kills):
             "--recovery", "in_place", "--log_dir", logs,
             os.path.join(ctx.bin, "worker", "train"), "--epochs", "10", "--progress", "lines"]
     p = spawn_logged(argv, log)
-    alive = lambda: p.poll() is None
-    events = lambda: jobs.events_in(logs)
+
+    def tail():
+        with open(log, errors="replace") as f:
+            return f.read()[-3000:]
     try:
-        harness.wait_for(lambda: jobs.named(events(), "workers_started") or not alive(), 120, "the workers")
-        for k in range(kills + 1):
-            # After the job's first step, or the last recovery's.
-            harness.wait_for(lambda: len(jobs.named(events(), "recovered")) >= k or not alive(), 300,
-                             "recovery %d" % k)
-            figure = name + "/no_spare_yet" if k == 0 else name
-            if k > 0:
-                harness.wait_for(lambda: spares_ready_in(events(), 2) or not alive(), 300, "the warm spares")
-            if k == 0:
-                harness.wait_for(lambda: "step" in open(log, errors="replace").read() or not alive(), 300,
-                                 "a first step")
-            if not alive():
-                with open(log, errors="replace") as f:
-                    tail = f.read()[-3000:]
-                raise RuntimeError("%s: the job ended (exit %s) after %d kills:\n%s" % (name, p.returncode, k, tail))
-            victim = jobs.named(events(), "workers_started")[-1]["pids"][1]
-            killed = time.time()
-            os.kill(victim, signal.SIGKILL)
-            done = harness.wait_for(
-                lambda: (jobs.named(events(), "recovered")[k:k + 1] or [None])[0] if alive() else "ended",
-                120, "recovery after kill %d (%s)" % (k + 1, name))
-            if done == "ended":
-                raise RuntimeError("%s: the job ended during kill %d" % (name, k + 1))
-            res.add("recovery/%s/kill_to_next_step_ms" % figure, (done["time"] - killed) * 1e3, "ms")
-            for phase in ("detected_to_aborted_s", "aborted_to_round_formed_s", "round_formed_to_started_s",
-                          "started_to_comm_ready_s", "comm_ready_to_state_received_s",
-                          "state_received_to_next_step_s", "total_s"):
-                res.add("recovery/%s/phase/%s_ms" % (figure, phase[:-2]), done[phase] * 1e3, "ms")
-        ev = events()
-        kept = {e["pids"][0] for e in jobs.named(ev, "workers_started")}
-        res.note("recovery", "%s: %d kills, every one in place: %s; local rank 0 kept one process throughout: %s"
-                 % (name, kills + 1, all(r["path"] == "in_place" for r in jobs.named(ev, "recovered")),
-                    len(kept) == 1))
+        in_place_kills(res, name, kills, [lambda: jobs.events_in(logs)], 0, lambda: p.poll() is None, tail)
     finally:
         stop(p)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def in_place_two_nodes(ctx, res, kills):
+    """The same on two namespaced nodes x 2 workers (the rendezvous server
+    on a third host), local rank 1 of node b killed: both nodes' survivors
+    stay, and every node's next step is timed."""
+    name = "cpptorchrun/in_place_two_nodes"
+    with harness.Cluster(3, use_netns=True) as cluster:
+        os.environ["CPPTORCHRUN_BIN_DIR"] = ctx.bin
+        work = tempfile.mkdtemp(prefix="cpt-bench-inplace-2n-")
+        try:
+            server = jobs.RdzvServer(cluster.hosts[0], work)
+            conf = jobs.fast_rdzv_conf(0.5, 4, last_call=0.2) + [
+                "--monitor_interval", MONITOR_INTERVAL, "--recovery", "in_place"]
+            program = [os.path.join(ctx.bin, "worker", "train"), "--epochs", "10", "--progress", "lines"]
+            a, b = [jobs.Node(cluster.hosts[i], work, n, server.endpoint, "2:2", max_restarts=kills + 3,
+                              launcher_args=conf, program=program)
+                    for i, n in ((1, "a"), (2, "b"))]
+            in_place_kills(res, name, kills, [a.events_so_far, b.events_so_far], 1,
+                           lambda: a.proc.poll() is None and b.proc.poll() is None,
+                           lambda: a.text()[-2000:] + b.text()[-2000:])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def torchrun_one_node(ctx, res, kills):
@@ -422,6 +487,7 @@ def section_recovery(ctx, res):
         return
     two_nodes(ctx, res, kills)
     two_nodes(ctx, res, kills, backend="etcd")
+    in_place_two_nodes(ctx, res, kills)
     node_loss(ctx, res, 2 if ctx.quick else 5)
     res.note("recovery", "kill -9 of one worker, --monitor_interval %s on both launchers, a "
                          "checkpoint every %s steps; first step: rank 0's first step after the resume "
