@@ -16,7 +16,8 @@ world, and the node grows back at a step boundary when the spare is ready
    the endpoint by host 0's name, no --local_addr; a worker on host 1 is
    killed: both nodes' survivors stay, a new round forms, the job finishes.
 3. A worker stopped with SIGSTOP: found hung, killed, recovered in place.
-4. Ten kills in a row, each after the previous recovery trained.
+4. Ten kills in a row, each after the previous recovery trained; a
+   replacement killed in the middle of its state transfer.
 5. `--nnodes 1:2`: host 1 lost whole (launcher and workers SIGKILLed), host
    0's workers go on at world 2; and host 1 joining a running host 0: host
    0's workers go on at world 4 without restarting.
@@ -205,6 +206,27 @@ class InPlaceRecoveryTest(unittest.TestCase):
         rounds = self.assert_healed(ev, first)
         self.assertEqual(m["recoveries"], rounds - 1)
         self.assert_every_sample_once(samples, rounds=rounds)
+
+    def test_a_replacement_killed_during_the_state_transfer_is_recovered_again(self):
+        # The first replacement (restart count 1) kills itself after it has
+        # received the position and before the optimizer state and the
+        # parameters: the survivor's broadcast fails, the launcher says the
+        # recovery was interrupted, and recovers again in place (the
+        # survivor still holds its state; no checkpoint folder anyway).
+        ev, m, first, samples = self.one_node_kill("transfer", ["--die_in_state_transfer_at_restart", "1"])
+        interrupted = named(ev, "recovery_interrupted")
+        self.assertEqual(len(interrupted), 1, ev)
+        self.assertIn("SIGKILL", interrupted[0]["reason"])
+        started = [e["pids"] for e in named(ev, "workers_started")]
+        self.assertEqual({p[0] for p in started}, {first[0]}, "the survivor kept its process: %s" % ev)
+        self.assertEqual(len(started[-1]), 2, ev)
+        self.assertEqual({r["path"] for r in named(ev, "recovered")}, {"in_place"}, ev)
+        self.assertEqual([r["cause"] for r in named(ev, "restart")].count("worker_failed"), 2, ev)
+        healed = named(ev, "worker_recovered")
+        self.assertTrue(healed and all(h["state_from"] == "rank 0" for h in healed), ev)
+        self.assertEqual((m["world_size"], m["replicas_differing"]), (2, 0))
+        # Every round trained but the one whose transfer broke off.
+        self.assert_every_sample_once(samples, rounds=len(started) - 1)
 
     def test_ten_kills_in_a_row(self):
         cluster = harness.Cluster(1)

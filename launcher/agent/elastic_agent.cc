@@ -1115,6 +1115,14 @@ ElasticAgent::Stopped ElasticAgent::StopAfterFailure() {
   const FailureRecord& rc = failures[std::max(RootCauseIndex(failures), 0)];
   int code = rc.status.LauncherExitCode();
   const std::string what = absl::StrCat("rank ", rc.rank, " failed: ", rc.status.ToString());
+  // A worker lost before the last in-place recovery was over (during the
+  // state transfer, or before every worker's next step): said so. The
+  // survivors still hold their state (a rank whose receipt broke off holds
+  // none, train's SyncState), so this one is recovered in place too.
+  if (startup_pending_.has_value() && startup_pending_->path == "in_place") {
+    spdlog::warn("the in-place recovery of round {} was interrupted: {}", round_, what);
+    Event("recovery_interrupted", {{"round", round_}, {"rank", int64_t{rc.rank}}, {"reason", what}});
+  }
   // The survivors stay where they can (in-place recovery); else the group
   // stops whole.
   std::string why_gang;

@@ -309,6 +309,44 @@ TEST_F(InPlaceTest, TheSurvivorStaysAndOnlyTheLostRankStartsAgain) {
   EXPECT_TRUE(processes_.alive().empty());
 }
 
+// The replacement dies before the recovery is over (its first step never
+// came): said so (recovery_interrupted), and recovered in place again.
+TEST_F(InPlaceTest, AReplacementLostBeforeTheRecoveryIsOverIsSaidAndRecoveredAgain) {
+  o_.max_restarts = 2;
+  o_.in_place = true;
+  o_.notices = &notices_;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = s.spec.slot;
+    const pid_t pid = s.pid;
+    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
+      agent::v1::WorkerEvent e;
+      e.set_local_rank(lr);
+      e.set_pid(pid);
+      e.set_kind(agent::v1::WorkerEvent::STARTED);
+      e.set_can_recover_in_place(true);
+      ASSERT_TRUE(board_.RecordEvent(e).ok());
+    });
+    ++starts_;
+    if (starts_ == 2) p.ExitAt(pid, s.time + absl::Seconds(2), ExitStatus::Killed(SIGKILL));
+    if (starts_ == 3) p.ExitAt(pid, s.time + absl::Milliseconds(500), ExitStatus::Killed(SIGKILL));
+    if (starts_ == 1) p.ExitAt(pid, s.time + absl::Seconds(10), ExitStatus::Exited(0));
+    if (starts_ >= 4) p.ExitAt(pid, s.time + absl::Seconds(5), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.restart_count, 2);
+  ASSERT_EQ(processes_.started().size(), 4u);
+  auto interrupted = Last("recovery_interrupted");
+  ASSERT_FALSE(interrupted.empty());
+  EXPECT_EQ(std::get<int64_t>(interrupted.at("round")), 2);
+  EXPECT_EQ(std::get<int64_t>(interrupted.at("rank")), 1);
+  EXPECT_EQ(std::get<std::string>(Last("restart").at("path")), "in_place");
+  int interrupted_count = 0;
+  for (const auto& [name, fields] : events_.events()) interrupted_count += name == "recovery_interrupted";
+  EXPECT_EQ(interrupted_count, 1) << "the first failure interrupted nothing";
+  for (auto [pid, sig] : processes_.signals_sent()) EXPECT_NE(pid, processes_.started()[0].pid) << sig;
+}
+
 TEST_F(InPlaceTest, WorkersThatDidNotDeclareItRestartAsAGangSayingWhy) {
   SetUpWorkers(/*declare=*/false);
   AgentResult r = Run();

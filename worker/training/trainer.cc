@@ -10,6 +10,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -381,6 +383,9 @@ class TrainingRun {
   // The last failure was a collective's (TrainDeps::recover may help).
   bool comm_failed_ = false;
   double checkpoint_wait_seconds_ = 0;
+  // False while (and after) this rank's receipt of another's state broke
+  // off: its parameters may be half of each step (SyncState).
+  bool state_intact_ = true;
 };
 
 Mlp InitialisedMlp(const TrainConfig& config) {
@@ -439,7 +444,9 @@ absl::StatusOr<std::string> TrainingRun::SyncState(bool live) {
   // optimizer step + 1 (0: none, a new rank).
   const int world = comm_->world_size();
   std::vector<int64_t> held(static_cast<size_t>(world), 0);
-  if (live) held[comm_->rank()] = last_opt_step_.global_step + 1;
+  // A rank whose receipt of a state broke off holds a mix of two steps:
+  // none.
+  if (live && state_intact_) held[comm_->rank()] = last_opt_step_.global_step + 1;
   CPPTORCHRUN_RETURN_IF_ERROR(comm_->AllReduce(held.data(), world, DType::kInt64, ReduceOp::kSum));
   int source = -1;
   for (int r = 0; r < world; ++r) {
@@ -459,9 +466,17 @@ absl::StatusOr<std::string> TrainingRun::SyncState(bool live) {
   // change only at an optimizer step: last_opt_step_ is where they are.
   int64_t meta[4] = {last_opt_step_.epoch, last_opt_step_.samples_in_epoch, last_opt_step_.global_step,
                      last_opt_step_.opt_step};
+  if (comm_->rank() != source) state_intact_ = false;
   CPPTORCHRUN_RETURN_IF_ERROR(comm_->Broadcast(meta, 4, DType::kInt64, source));
+  if (!live && config_.die_in_state_transfer_at_restart >= 0 &&
+      config_.die_in_state_transfer_at_restart == config_.restart_count) {
+    std::fprintf(stderr, "train[rank %d]: fault injection: killed during the state transfer\n", comm_->rank());
+    std::fflush(stderr);
+    raise(SIGKILL);
+  }
   CPPTORCHRUN_RETURN_IF_ERROR(BroadcastOptimizerState(*comm_, params_, optimizer_, source));
   CPPTORCHRUN_RETURN_IF_ERROR(ddp_->BroadcastState(source));
+  state_intact_ = true;
   pos_ = Position{meta[0], meta[1], meta[2], meta[3]};
   last_opt_step_ = pos_;
   return absl::StrCat("rank ", source);

@@ -54,6 +54,11 @@ struct TrainConfig {
   // Fault injection for tests: return Aborted after this many batches of
   // this run, as if killed (no further checkpoint). 0: off.
   int64_t fail_after_steps = 0;
+  // Fault injection for tests: a new rank of a round whose restart count
+  // is this kills itself (SIGKILL) in the middle of receiving a survivor's
+  // state (after the position, before the optimizer state and the
+  // parameters). -1: off.
+  int64_t die_in_state_transfer_at_restart = -1;
 };
 
 // What a scheduler's signal asks of training (worker/agent/signals.h maps
