@@ -248,21 +248,28 @@ class InPlaceTest : public AgentTest {
     o_.in_place = true;
     o_.notices = &notices_;
     processes_.on_start = [this, declare](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
-      const int lr = s.spec.slot;
       const pid_t pid = s.pid;
-      p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid, declare] {
-        agent::v1::WorkerEvent e;
-        e.set_local_rank(lr);
-        e.set_pid(pid);
-        e.set_kind(agent::v1::WorkerEvent::STARTED);
-        e.set_can_recover_in_place(declare);
-        ASSERT_TRUE(board_.RecordEvent(e).ok());
-      });
+      Declare(p, s, declare);
       ++starts_;
       if (starts_ == 2) p.ExitAt(pid, s.time + absl::Seconds(2), ExitStatus::Killed(SIGKILL));
       if (starts_ == 1) p.ExitAt(pid, s.time + absl::Seconds(10), ExitStatus::Exited(0));
       if (starts_ >= 3) p.ExitAt(pid, s.time + absl::Seconds(5), ExitStatus::Exited(0));
     };
+  }
+
+  // The worker's STARTED event 100 ms after its start: it declares
+  // in-place recovery or not.
+  void Declare(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, bool in_place) {
+    const int lr = s.spec.slot;
+    const pid_t pid = s.pid;
+    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid, in_place] {
+      agent::v1::WorkerEvent e;
+      e.set_local_rank(lr);
+      e.set_pid(pid);
+      e.set_kind(agent::v1::WorkerEvent::STARTED);
+      e.set_can_recover_in_place(in_place);
+      ASSERT_TRUE(board_.RecordEvent(e).ok());
+    });
   }
 
   std::map<std::string, EventValue> Last(const std::string& event) {
@@ -316,16 +323,8 @@ TEST_F(InPlaceTest, AReplacementLostBeforeTheRecoveryIsOverIsSaidAndRecoveredAga
   o_.in_place = true;
   o_.notices = &notices_;
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
-    const int lr = s.spec.slot;
     const pid_t pid = s.pid;
-    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
-      agent::v1::WorkerEvent e;
-      e.set_local_rank(lr);
-      e.set_pid(pid);
-      e.set_kind(agent::v1::WorkerEvent::STARTED);
-      e.set_can_recover_in_place(true);
-      ASSERT_TRUE(board_.RecordEvent(e).ok());
-    });
+    Declare(p, s, /*in_place=*/true);
     ++starts_;
     if (starts_ == 2) p.ExitAt(pid, s.time + absl::Seconds(2), ExitStatus::Killed(SIGKILL));
     if (starts_ == 3) p.ExitAt(pid, s.time + absl::Milliseconds(500), ExitStatus::Killed(SIGKILL));
@@ -476,14 +475,7 @@ TEST_F(InPlaceTest, ASurvivorOfAHigherSlotKeepsItsDeviceWhileTheNodeRunsShort) {
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     const int lr = s.spec.slot;
     const pid_t pid = s.pid;
-    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
-      agent::v1::WorkerEvent e;
-      e.set_local_rank(lr);
-      e.set_pid(pid);
-      e.set_kind(agent::v1::WorkerEvent::STARTED);
-      e.set_can_recover_in_place(true);
-      ASSERT_TRUE(board_.RecordEvent(e).ok());
-    });
+    Declare(p, s, /*in_place=*/true);
     const bool first_of_slot_0 = lr == 0 && p.started().size() == 1;
     p.ExitAt(pid, s.time + (first_of_slot_0 ? absl::Seconds(2) : absl::Seconds(10)),
              first_of_slot_0 ? ExitStatus::Killed(SIGKILL) : ExitStatus::Exited(0));
@@ -518,17 +510,9 @@ TEST_F(InPlaceTest, ALocalDeathIsAFailureEvenWhenItsPeerReportedFirst) {
   o_.in_place = true;
   o_.notices = &notices_;
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
-    const int lr = s.spec.slot;
     const pid_t pid = s.pid;
     ++starts_;
-    p.CallAt(s.time + absl::Milliseconds(100), [this, lr, pid] {
-      agent::v1::WorkerEvent e;
-      e.set_local_rank(lr);
-      e.set_pid(pid);
-      e.set_kind(agent::v1::WorkerEvent::STARTED);
-      e.set_can_recover_in_place(true);
-      ASSERT_TRUE(board_.RecordEvent(e).ok());
-    });
+    Declare(p, s, /*in_place=*/true);
     if (starts_ == 2) {
       // Local rank 1 dies; local rank 0's report of it comes before the
       // launcher has reaped it.
