@@ -346,6 +346,22 @@ int TrainAndEnd(const Flags& flags, WorkerEnv& env, const TrainConfig& config,
   return 0;
 }
 
+// Opens the first round's store and communicator into `round`; when one
+// cannot be, the exit code of the failure (reported with its own type).
+std::optional<int> OpenFirstRound(const Flags& flags, const WorkerEnv& env, BackendKind kind,
+                                  Reporting& reporting, RoundComm& round) {
+  absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(env, &round.client);
+  if (!store.ok()) return Fail(reporting, "RendezvousError", store.status(), "");
+  round.store = *std::move(store);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm =
+      OpenCommunicator(flags, env, kind, round.store.get(), env.local_rank);
+  if (!comm.ok()) {
+    return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(kind)));
+  }
+  round.comm = *std::move(comm);
+  return std::nullopt;
+}
+
 // The whole worker: environment, config, heartbeats (first, so a slow
 // start still heartbeats), data, store, communicator, observers, training.
 // Each step's failure is reported with its own error type and context.
@@ -392,14 +408,9 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   // until the end (a collective of theirs still on the wire ends at its
   // timeout, not while training uses the new one).
   std::vector<RoundComm> rounds(1);
-  absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*env, &rounds[0].client);
-  if (!store.ok()) return Fail(reporting, "RendezvousError", store.status(), "");
-  rounds[0].store = *std::move(store);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *env, *kind, rounds[0].store.get(), env->local_rank);
-  if (!comm.ok()) {
-    return Fail(reporting, "CommunicatorError", comm.status(), absl::StrCat("backend ", BackendName(*kind)));
+  if (std::optional<int> failed = OpenFirstRound(flags, *env, *kind, reporting, rounds[0]); failed.has_value()) {
+    return *failed;
   }
-  rounds[0].comm = *std::move(comm);
   startup.communicator = MonotonicSeconds() - comm_at;
   if (heartbeat.has_value()) heartbeat->OnCommunicatorReady();
   if (startup.before_main >= 0) startup.total = startup.before_main + MonotonicSeconds() - main_at;

@@ -92,7 +92,7 @@ std::string NewNodeSecret() {
 ElasticAgent::ElasticAgent(AgentOptions options) : o_(std::move(options)), node_secret_(NewNodeSecret()) {
   host_ = o_.node.host();
   hostname_ = ThisHostname();
-  for (int lr = 0; lr < o_.local_world_size; ++lr) slots_.push_back(lr);
+  slots_ = AllSlots();
   // A worker's start-up event wakes the monitor loop, so a restart's
   // phases are recorded when the last worker makes its first step.
   if (o_.progress != nullptr && o_.processes != nullptr) {
@@ -133,7 +133,7 @@ WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int slot,
   in.role = o_.role;
   in.local_rank = index;
   in.slot = slot;
-  in.local_world_size = slots_.empty() ? o_.local_world_size : static_cast<int>(slots_.size());
+  in.local_world_size = static_cast<int>(slots_.size());
   in.group_rank = a.group_rank();
   in.group_world_size = a.group_world_size();
   in.rank_offset = a.rank_offset();
@@ -300,6 +300,12 @@ bool ElasticAgent::HoldSurvivors(const std::string& reason, std::string* why, bo
   }
   Event("survivors_held", {{"ranks", ranks}, {"reason", reason}, {"vacant", vacant}});
   return true;
+}
+
+std::vector<int> ElasticAgent::AllSlots() const {
+  std::vector<int> all;
+  for (int lr = 0; lr < o_.local_world_size; ++lr) all.push_back(lr);
+  return all;
 }
 
 std::vector<int> ElasticAgent::NextSlots() {
@@ -641,9 +647,7 @@ void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) 
 }
 
 void ElasticAgent::StopWorkers(int signo, StopKind kind) {
-  // The next group starts whole.
-  slots_.clear();
-  for (int lr = 0; lr < o_.local_world_size; ++lr) slots_.push_back(lr);
+  slots_ = AllSlots();  // the next group starts whole
   auto live = [this] {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exited; });
   };

@@ -247,6 +247,8 @@ class ElasticAgent {
   // loading is left empty: the node runs short (a smaller world) and grows
   // back when the spare is ready (SpareReadyForVacant).
   std::vector<int> NextSlots();
+  // 0..local_world_size-1: a whole node.
+  std::vector<int> AllSlots() const;
   // A slot left empty whose spare is ready now: the node should join the
   // next round to grow back. nullopt: none.
   std::optional<int> SpareReadyForVacant();

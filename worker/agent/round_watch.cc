@@ -88,6 +88,7 @@ void RoundWatcher::Loop() {
     {
       absl::MutexLock lock(&mu_);
       latest_ = *got;
+      latest_round_ = RoundOf(std::map<std::string, std::string>(got->env().begin(), got->env().end()));
       if (at_boundary) boundary_since_ = absl::Now();
       if (changing) boundary_since_.reset();
     }
@@ -98,9 +99,8 @@ void RoundWatcher::Loop() {
 bool RoundWatcher::ChangeAtBoundary(int64_t current_round) const {
   absl::MutexLock lock(&mu_);
   if (latest_.state() == agent_pb::RoundUpdate::CHANGING) return latest_.at_step_boundary();
-  if (latest_.state() != agent_pb::RoundUpdate::ASSIGNED) return false;
-  std::map<std::string, std::string> env(latest_.env().begin(), latest_.env().end());
-  return RoundOf(env) > current_round;
+  // Polled at every optimizer step: the round was read once, on arrival.
+  return latest_.state() == agent_pb::RoundUpdate::ASSIGNED && latest_round_ > current_round;
 }
 
 void RoundWatcher::TakeChange() {
@@ -113,9 +113,7 @@ absl::StatusOr<std::map<std::string, std::string>> RoundWatcher::AwaitAssignment
   absl::MutexLock lock(&mu_);
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stopping_ || ended_ || latest_.state() == agent_pb::RoundUpdate::STOP) return true;
-    if (latest_.state() != agent_pb::RoundUpdate::ASSIGNED) return false;
-    std::map<std::string, std::string> env(latest_.env().begin(), latest_.env().end());
-    return RoundOf(env) > after_round;
+    return latest_.state() == agent_pb::RoundUpdate::ASSIGNED && latest_round_ > after_round;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat("the launcher assigned no round after round ", after_round,

@@ -80,6 +80,7 @@ class RoundWatcher {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the watch gave up (why in end_)
   std::string end_ ABSL_GUARDED_BY(mu_);
   agent_pb::RoundUpdate latest_ ABSL_GUARDED_BY(mu_);
+  int64_t latest_round_ ABSL_GUARDED_BY(mu_) = -1;  // RoundOf(latest_'s env); -1: none
   // A change at a step boundary, since when, until taken or escalated.
   std::optional<absl::Time> boundary_since_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
