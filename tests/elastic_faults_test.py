@@ -92,9 +92,12 @@ class FaultsTest(unittest.TestCase):
         self.assertEqual(hang["culprit_hosts"], [self.cluster.hosts[2].name], hang)
         self.assertEqual(hang["waiting_ranks"], [], hang)
         self.assertIn("rank %d: stopped (T)" % rank, hang["process_states"])
-        # The rule's figures: the floor, and the time since the last step
-        # seen (a heartbeat's period after the stop at most, plus the look).
-        self.assertEqual(hang["deadline_s"], 10.0, hang)
+        # The rule's figures: a stopped process gets the stopped floor (2 s)
+        # or 10 x its step plus two heartbeats, not the floor (10 s); the
+        # time since the last step seen (a heartbeat's period after the
+        # stop at most, plus the looks).
+        self.assertGreaterEqual(hang["deadline_s"], 2.0, hang)
+        self.assertLess(hang["deadline_s"], 10.0, hang)
         self.assertLess(hang["waited_s"], 15.0, hang)
         self.assertEqual(jobs.named(a.events(), "hang_detected"), [], "node A's workers only waited")
         self.assertIn("hung", [e.get("status") for e in b.events() if e["event"] == "worker_failed"])

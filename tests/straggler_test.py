@@ -45,6 +45,8 @@ class StragglerTest(unittest.TestCase):
         self.assertGreaterEqual(found[0]["slowdown"], 1.5, found)
         self.assertEqual(len(found[0]["ranks"]), 1)
         self.assertIn("is a straggler: computes", slow.text())
+        # Throttled, it is stopped at many looks but still steps: no hang.
+        self.assertEqual(jobs.named(slow.events(), "hang_detected"), [], "a throttled worker is not hung")
         self.assertEqual(jobs.job_leftovers(self.run_id + "slow"), [])
 
 

@@ -75,6 +75,10 @@ std::string ExpandLinePrefix(const std::string& templ, const std::string& role, 
 namespace {
 // How often a node running short looks whether a spare is ready.
 constexpr absl::Duration kShortNodeLook = absl::Milliseconds(50);
+// A look this much later than it was due means the launcher itself did not
+// run (suspended with its workers, stopped, starved): the hang clocks
+// restart (hang_policy.h, RankWatch::watched_since).
+constexpr absl::Duration kLookBreak = absl::Seconds(1);
 
 // 32 random bytes from the kernel, hex: this agent's JoinRequest.node_secret.
 std::string NewNodeSecret() {
@@ -429,17 +433,17 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     (culprit ? culprit_ranks : waiting_ranks).push_back(w.rank);
     const std::string state = o_.processes->State(w.pid);
     states.push_back(absl::StrCat("rank ", w.rank, ": ", state));
-    if (!v.last_heartbeat.has_value()) {
+    if (!v.watch.last_heartbeat.has_value()) {
       // No heartbeats: stopped (T) for the floor (hang_policy.h).
-      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.stopped_since.value_or(now)));
+      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.watch.stopped_since.value_or(now)));
       deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.floor));
     } else {
-      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.progress.last_progress.value_or(now)));
+      waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.watch.progress.last_progress.value_or(now)));
       deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
-                                            HangDeadline(v.progress, o_.hang))));
+                                            RankDeadline(v.watch, o_.hang))));
     }
-    step = step < 0 ? v.progress.step : std::min(step, v.progress.step);
-    collective_seq = std::max(collective_seq, v.job_collective_seq);
+    step = step < 0 ? v.watch.progress.step : std::min(step, v.watch.progress.step);
+    collective_seq = std::max(collective_seq, v.watch.job_collective_seq);
     FailureRecord f;
     f.rank = w.rank;
     f.local_rank = lr;
@@ -448,7 +452,7 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     f.pid = w.pid;
     f.time = now;
     f.sequence = exit_sequence_++;
-    f.message = HungMessage(v.watch(), now, o_.hang);
+    f.message = HungMessage(v.watch, now, o_.hang);
     w.failure = f;
     w.stopping = true;
     spdlog::warn("worker rank {} (local rank {}, pid {}, {}) is {}", w.rank, lr, w.pid, state, f.message);
@@ -510,10 +514,18 @@ bool ElasticAgent::HandleStragglers(absl::Time now) {
 
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
   bool reaped_for_peer_lost = false;
+  absl::Time look_due = absl::InfiniteFuture();
   for (;;) {
     RecordWorkerStartup();
     MaybePrepareNextStart();
     const absl::Time now = o_.clock->Now();
+    if (now > look_due + kLookBreak) {
+      spdlog::info("the launcher did not run for {} (the job suspended or the launcher stopped): the workers' hang "
+                   "clocks start again",
+                   absl::FormatDuration(now - look_due));
+      watched_since_ = now;
+      for (Worker& w : workers_) w.stopped_since.reset();
+    }
     std::vector<WorkerView> views;
     for (Worker& w : workers_) {
       WorkerView v;
@@ -524,13 +536,14 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
         const bool stopped = absl::StartsWith(state, "stopped");
         if (!stopped) w.stopped_since.reset();
         else if (!w.stopped_since.has_value()) w.stopped_since = now;
-        v.stopped_since = w.stopped_since;
+        v.watch.stopped_since = w.stopped_since;
+        v.watch.watched_since = watched_since_;
         if (o_.progress != nullptr) {
-          v.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
-          v.progress = o_.progress->Progress(w.local_rank);
-          v.frozen = v.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
+          v.watch.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+          v.watch.progress = o_.progress->Progress(w.local_rank);
+          v.watch.frozen = v.watch.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
           v.finished = o_.progress->Finished(w.local_rank);
-          v.collective_seq = o_.progress->CollectiveSeq(w.local_rank);
+          v.watch.collective_seq = o_.progress->CollectiveSeq(w.local_rank);
         }
       }
       views.push_back(v);
@@ -538,11 +551,11 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
     // A rank past its deadline that still heartbeats: waiting in a
     // collective, or the one that never issued it? The job's collectives say.
     const bool need_job = std::any_of(views.begin(), views.end(), [&](const WorkerView& v) {
-      return !v.exited && NeedsJobCollectives(v.watch(), now, o_.hang);
+      return !v.exited && NeedsJobCollectives(v.watch, now, o_.hang);
     });
     if (need_job) {
       const int64_t job = JobCollectiveSeq(views, now);
-      for (WorkerView& v : views) v.job_collective_seq = job;
+      for (WorkerView& v : views) v.watch.job_collective_seq = job;
     }
     GroupCheck check = CheckGroup(views, now, o_.hang, o_.monitor_interval);
     if (check.outcome == GroupOutcome::kFailed) {
@@ -582,6 +595,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
     // readiness wakes nothing).
     absl::Time until = check.next_check;
     if (static_cast<int>(slots_.size()) < o_.local_world_size) until = std::min(until, now + kShortNodeLook);
+    look_due = until;
     if (std::optional<MonitorResult> stop = TakeProcessEvents(until); stop.has_value()) return *stop;
   }
 }
@@ -839,7 +853,7 @@ bool ElasticAgent::CallWithin(const std::function<void()>& fn, absl::Duration bo
 
 int64_t ElasticAgent::JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now) {
   int64_t job = 0;
-  for (const WorkerView& v : views) job = std::max(job, v.collective_seq);
+  for (const WorkerView& v : views) job = std::max(job, v.watch.collective_seq);
   if (group_world_size_ <= 1 || o_.rdzv == nullptr) return job;
   // The other nodes' ranks, as their keep-alives last told the rendezvous;
   // asked at most every kJobCollectivesEvery, within kRoundCheckBound.

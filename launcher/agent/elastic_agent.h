@@ -384,6 +384,8 @@ class ElasticAgent {
   RunState run_;
   int group_world_size_ = 1;  // nodes in the current round
   int64_t round_ = 0;         // the current round's number (0: none yet)
+  // Since when the monitor has looked without a break (kLookBreak).
+  absl::Time watched_since_ = absl::InfinitePast();
   // The node's slots with a worker in the current (or next) round, in order;
   // all of 0..local_world_size-1 but while it runs short.
   std::vector<int> slots_;

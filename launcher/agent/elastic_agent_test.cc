@@ -885,15 +885,20 @@ TEST_F(AgentTest, ByDefaultARankWhoseHeartbeatsStopIsTheCulpritAfterTheFloor) {
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
 }
 
+// Local rank 1's process is stopped (a fake /proc says T) `after` its start.
+void StopRank1After(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, absl::Duration after) {
+  if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
+  FakeProcessLauncher* launcher = &p;
+  p.CallAt(s.time + after, [launcher, pid = s.pid] { launcher->SetState(pid, "stopped (T)"); });
+}
+
 // A worker that sends no heartbeats (a Python script) is SIGSTOPped at 5 s:
 // seen stopped at every look from then, it is hung at 15 s (the floor) and
 // named, with default settings.
 TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
   o_.hang = HangOptions();
   processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
-    if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
-    FakeProcessLauncher* launcher = &p;
-    p.CallAt(s.time + absl::Seconds(5), [launcher, pid = s.pid] { launcher->SetState(pid, "stopped (T)"); });
+    StopRank1After(p, s, absl::Seconds(5));
   };
   const absl::Time t0 = clock_.Now();
   AgentResult r = Run();
@@ -906,6 +911,59 @@ TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
   EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 10.0);
+}
+
+// A worker that heartbeats (the C++ train) is SIGSTOPped half a second after
+// its last heartbeat (30 steps a second until then): hung 10 x its step
+// plus two heartbeat periods after that heartbeat (the stopped floor, 2 s,
+// is below it), not after the floor (10 s), and named.
+TEST_F(AgentTest, AStoppedWorkerThatHeartbeatsIsHungWithinSeconds) {
+  o_.hang = HangOptions();
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StepThenStall(p, s, board_, 20);
+    StopRank1After(p, s, absl::Milliseconds(20500));
+  };
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(20) + absl::Seconds(10.0 / 30) + absl::Seconds(2));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("its process stopped (T) at every look"));
+  std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
+  EXPECT_THAT(std::get<std::string>(hang.at("process_states")), HasSubstr("rank 1: stopped (T)"));
+}
+
+// The whole node is suspended for ten minutes at 10 s (Slurm's scontrol
+// suspend stops the launcher with its workers; the fake clock jumps inside
+// the agent's wait), then the workers step on and finish. The time the
+// launcher did not run counts against nobody: no hang, the job succeeds.
+TEST_F(AgentTest, TimeTheLauncherWasSuspendedWithItsWorkersIsNoHang) {
+  o_.hang = HangOptions();
+  const absl::Duration suspended = absl::Minutes(10);
+  processes_.on_start = [this, suspended](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    auto beat = [this, s, lr](int64_t step) {
+      return [this, s, lr, step] {
+        agent::v1::Heartbeat hb;
+        hb.set_rank(lr);
+        hb.set_local_rank(lr);
+        hb.set_pid(s.pid);
+        hb.set_step(step);
+        hb.set_total_steps(100000);
+        board_.Heartbeat(hb);
+      };
+    };
+    for (int i = 1; i <= 10; ++i) p.CallAt(s.time + absl::Seconds(i), beat(30 * i));
+    if (lr == 0) p.CallAt(s.time + absl::Seconds(10), [this, suspended] { clock_.Advance(suspended); });
+    for (int i = 1; i <= 5; ++i) p.CallAt(s.time + suspended + absl::Seconds(10 + i), beat(300 + 30 * i));
+    p.ExitAt(s.pid, s.time + suspended + absl::Seconds(16), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failures.empty());
+  for (const auto& [name, fields] : events_.events()) EXPECT_NE(name, "hang_detected");
 }
 
 // Both local ranks heartbeat every second for 60 s; their steps advance 30

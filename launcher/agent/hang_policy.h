@@ -19,6 +19,19 @@
 // the culprit) acts first and names it.
 // An explicit --worker_timeout replaces the rule by today's: hung after
 // that much silence (no heartbeat), whatever the steps.
+// A rank that heartbeats and whose process has been seen stopped (T: a
+// SIGSTOP, a terminal's stop) at every look for `stopped_for` cannot step
+// until someone continues it, and is in none of the slow moments the
+// floor allows for (a page-fault storm, a slow file system, a long
+// collective): its deadline's floor is `stopped_floor` instead, and before
+// its first step it is hung once stopped that long. A stop shows first as
+// silence: once a rank's heartbeat is late (1.5 periods) and while it is
+// stopped, the monitor looks every `stopped_look`. A throttled rank (a CPU
+// quota, stopped and continued many times a second) still steps, and is
+// never stopped at every look with no advance.
+// Time the agent itself did not run (a whole job suspended by Slurm, the
+// launcher stopped with its workers) counts against nobody: RankWatch's
+// `watched_since` moves to the look after the break.
 // A worker that never heartbeats (a Python script) has no steps to judge:
 // it is hung only when its process has been seen stopped (T) at every look
 // for `floor` (a SIGSTOP, a job-control stop), never for slowness, I/O
@@ -43,6 +56,10 @@ struct HangOptions {
   absl::Duration ceiling = absl::Minutes(30);
   double multiple = 10;
   double waiting_factor = 2;
+  // A stopped rank (see above).
+  absl::Duration stopped_floor = absl::Seconds(2);
+  absl::Duration stopped_for = absl::Seconds(1);
+  absl::Duration stopped_look = absl::Milliseconds(250);
   // The workers' heartbeat period (worker/agent/heartbeat.h: 1 s).
   absl::Duration heartbeat_interval = absl::Seconds(1);
 };
@@ -96,7 +113,18 @@ struct RankWatch {
   // stuck itself (its data loader, its own code), a culprit.
   int64_t collective_seq = 0;
   int64_t job_collective_seq = 0;
+  // Since when the agent has looked without a break (see above): nothing
+  // before counts against the rank.
+  absl::Time watched_since = absl::InfinitePast();
 };
+
+// The deadline that applies to the rank, counted from its last progress:
+// HangDeadline, or the stopped rule's while its process is stopped.
+absl::Duration RankDeadline(const RankWatch& rank, const HangOptions& options);
+
+// When the monitor should look at the rank next for the stopped rule (see
+// above); none: no sooner than its deadline.
+std::optional<absl::Time> StoppedLook(const RankWatch& rank, absl::Time now, const HangOptions& options);
 
 // Whether `rank` is behind the job's collectives (see RankWatch).
 bool BehindInCollectives(const RankWatch& rank);

@@ -153,6 +153,116 @@ TEST(HangPolicy, ARankStillHeartbeatingWaitsTwiceAsLong) {
               ::testing::HasSubstr("x2 while it still heartbeats"));
 }
 
+// A stepping rank whose process is stopped (SIGSTOP) at every look: hung
+// once stopped at every look for `stopped_for` (1 s) and without an advance
+// for 10 x its step plus two heartbeats, at least the stopped floor (2 s),
+// not the floor (10 s).
+TEST(HangPolicy, AStoppedRankIsHungAfterTheStoppedFloor) {
+  HangOptions o;
+  StepProgress p;
+  absl::Time now = kT0;
+  ObserveStep(p, now, 0, 100000);
+  Beat(p, &now, absl::Seconds(1), 20, 33);  // 30 ms steps
+  const absl::Time last = now;
+  RankWatch r = Watch(p, last, /*frozen=*/true);
+  r.stopped_since = last + absl::Milliseconds(500);
+  // 10 x 1/33 s + 2 heartbeats = 2.3 s from the last advance, and stopped
+  // at every look for 1 s.
+  const absl::Duration deadline = absl::Seconds(10.0 / 33) + absl::Seconds(2);
+  EXPECT_EQ(RankDeadline(r, o), deadline);
+  EXPECT_EQ(HangTime(r, last + absl::Seconds(1), o), last + deadline);
+  EXPECT_FALSE(IsHung(r, last + deadline - absl::Milliseconds(1), o));
+  EXPECT_TRUE(IsHung(r, last + deadline, o));
+  EXPECT_TRUE(IsCulprit(r, last + deadline, o));
+  EXPECT_THAT(HungMessage(r, last + absl::Seconds(3), o),
+              ::testing::HasSubstr("deadline 2.30303"));
+  EXPECT_THAT(HungMessage(r, last + absl::Seconds(3), o),
+              ::testing::HasSubstr("its process stopped (T) at every look for 2.5s"));
+  // Seen stopped only now (a look after a run): 1 s more at every look.
+  r.stopped_since = last + absl::Seconds(5);
+  EXPECT_EQ(HangTime(r, last + absl::Seconds(5), o), last + absl::Seconds(6));
+  // The same rank in uninterruptible sleep (D, maybe brief I/O): the floor.
+  r.stopped_since.reset();
+  EXPECT_EQ(HangTime(r, last + absl::Seconds(5), o), last + absl::Seconds(10));
+  // A worker without heartbeats stopped: the floor too (it has no steps
+  // to say it stopped advancing).
+  RankWatch silent;
+  silent.stopped_since = last;
+  EXPECT_EQ(HangTime(silent, last, o), last + absl::Seconds(10));
+}
+
+// Stopped or not, a slow step keeps its own deadline (10 x 60 s + 2 s).
+TEST(HangPolicy, AStoppedSlowStepKeepsItsMultiple) {
+  HangOptions o;
+  StepProgress p;
+  absl::Time now = kT0;
+  ObserveStep(p, now, 0, 100);
+  Beat(p, &now, absl::Seconds(60), 5, 1);
+  RankWatch r = Watch(p, now, /*frozen=*/true);
+  r.stopped_since = now;
+  EXPECT_EQ(RankDeadline(r, o), absl::Seconds(602));
+  EXPECT_FALSE(IsHung(r, now + absl::Seconds(601), o));
+  EXPECT_TRUE(IsHung(r, now + absl::Seconds(602), o));
+}
+
+// Before its first step a stopped rank is hung once stopped at every look
+// for `stopped_for` (1 s), not after the start-up's 300 s.
+TEST(HangPolicy, AStoppedRankBeforeItsFirstStep) {
+  HangOptions o;
+  StepProgress p;
+  ObserveStep(p, kT0, 0, 1000);
+  RankWatch r = Watch(p, kT0 + absl::Seconds(30), /*frozen=*/true);
+  r.stopped_since = kT0 + absl::Seconds(31);
+  EXPECT_EQ(HangTime(r, kT0 + absl::Seconds(31), o), kT0 + absl::Seconds(32));
+}
+
+// A throttled rank (a CPU quota: stopped and continued many times a
+// second) still steps: whenever a look sees it stopped, its last advance
+// is at most a heartbeat old, and it is never hung, even were every look
+// to see it stopped.
+TEST(HangPolicy, AThrottledRankThatStillStepsIsNeverHung) {
+  HangOptions o;
+  StepProgress p;
+  absl::Time now = kT0;
+  ObserveStep(p, now, 0, 100000);
+  Beat(p, &now, absl::Seconds(1), 20, 33);
+  const absl::Time since = now;
+  for (int beat = 0; beat < 60; ++beat) {
+    // Three times slower: 11 steps a heartbeat.
+    for (int look = 1; look <= 4; ++look) {
+      const absl::Time at = now + look * absl::Milliseconds(250);
+      RankWatch r = Watch(p, now, /*frozen=*/true);
+      r.stopped_since = since;
+      ASSERT_FALSE(IsHung(r, at, o)) << "beat " << beat << " look " << look;
+    }
+    Beat(p, &now, absl::Seconds(1), 1, 11);
+  }
+}
+
+// Time the agent itself did not run (the job suspended with it: Slurm's
+// scontrol suspend) counts against nobody: the clocks start again at the
+// look after the break.
+TEST(HangPolicy, TimeTheAgentDidNotRunCountsAgainstNobody) {
+  HangOptions o;
+  StepProgress p;
+  absl::Time now = kT0;
+  ObserveStep(p, now, 0, 100000);
+  Beat(p, &now, absl::Seconds(1), 20, 33);
+  const absl::Time resumed = now + absl::Minutes(10);
+  RankWatch r = Watch(p, now);
+  r.watched_since = resumed;
+  EXPECT_FALSE(IsCulprit(r, resumed + absl::Seconds(1), o));  // not silent: the watch just began
+  EXPECT_FALSE(IsHung(r, resumed + absl::Seconds(1), o));
+  EXPECT_FALSE(NeedsJobCollectives(r, resumed + absl::Seconds(1), o));
+  // Its heartbeats do not come back: a culprit 3 periods after the watch
+  // began, hung at its deadline from there.
+  EXPECT_TRUE(IsCulprit(r, resumed + absl::Seconds(4), o));
+  EXPECT_EQ(HangTime(r, resumed + absl::Seconds(4), o), resumed + absl::Seconds(10));
+  // --worker_timeout counts the silence from there too.
+  o.fixed_silence = absl::Seconds(60);
+  EXPECT_EQ(HangTime(r, resumed, o), resumed + absl::Seconds(60));
+}
+
 TEST(HangPolicy, TheFirstStepEventStartsTheStepClockWithItsOwnTime) {
   HangOptions o;
   StepProgress p;

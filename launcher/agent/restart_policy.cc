@@ -1,6 +1,8 @@
 // The supervision rules.
 #include "launcher/agent/restart_policy.h"
 
+#include <algorithm>
+
 namespace cpptorchrun::launcher {
 
 GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now, const HangOptions& hang,
@@ -17,10 +19,13 @@ GroupCheck CheckGroup(const std::vector<WorkerView>& workers, absl::Time now, co
     }
     all_succeeded = false;
     if (w.finished) continue;
-    if (std::optional<absl::Time> deadline = HangTime(w.watch(), now, hang)) {
+    if (std::optional<absl::Time> look = StoppedLook(w.watch, now, hang)) {
+      check.next_check = std::min(check.next_check, *look);
+    }
+    if (std::optional<absl::Time> deadline = HangTime(w.watch, now, hang)) {
       if (now >= *deadline) {
         check.hung.push_back(i);
-        if (IsCulprit(w.watch(), now, hang)) check.culprits.push_back(i);
+        if (IsCulprit(w.watch, now, hang)) check.culprits.push_back(i);
       } else if (*deadline < check.next_check) {
         check.next_check = *deadline;
       }

@@ -18,17 +18,8 @@ namespace cpptorchrun::launcher {
 struct WorkerView {
   bool exited = false;
   ExitStatus status;
-  std::optional<absl::Time> last_heartbeat;  // none: never heartbeated
-  StepProgress progress;                     // its steps, as its heartbeats said
-  bool frozen = false;                       // stopped (T) or in uninterruptible sleep (D)
-  std::optional<absl::Time> stopped_since;   // stopped (T) at every look since
-  int64_t collective_seq = 0;                // its flight recorder's newest collective
-  int64_t job_collective_seq = 0;            // the job's newest, as far as known (0: not)
-  bool finished = false;                     // sent FINISHED
-
-  RankWatch watch() const {
-    return {progress, last_heartbeat, frozen, stopped_since, collective_seq, job_collective_seq};
-  }
+  bool finished = false;  // sent FINISHED
+  RankWatch watch;        // what the hang rules judge (hang_policy.h)
 };
 
 enum class GroupOutcome { kRunning, kSucceeded, kFailed };

@@ -34,8 +34,8 @@ TEST(CheckGroup, RunningSucceededFailed) {
 
 TEST(CheckGroup, HungAfterSilence) {
   std::vector<WorkerView> w(3);
-  w[1].last_heartbeat = kT0;
-  w[2].last_heartbeat = kT0 + absl::Seconds(3);
+  w[1].watch.last_heartbeat = kT0;
+  w[2].watch.last_heartbeat = kT0 + absl::Seconds(3);
   // Before the timeout: running, and the next check is the first deadline.
   auto c = CheckGroup(w, kT0 + absl::Seconds(2), Fixed(4), absl::Seconds(60));
   EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
@@ -48,6 +48,29 @@ TEST(CheckGroup, HungAfterSilence) {
   w[1].finished = true;
   c = CheckGroup(w, kT0 + absl::Seconds(5), Fixed(4), absl::Seconds(60));
   EXPECT_EQ(c.outcome, GroupOutcome::kRunning);
+}
+
+// A SIGSTOP shows first as silence: a worker is looked at once its
+// heartbeat is late (1.5 periods), then every stopped_look while it is late
+// or stopped (hang_policy.h), sooner than the monitor interval or its
+// deadline. Under --worker_timeout, only silence counts.
+TEST(CheckGroup, ALateOrStoppedWorkerIsLookedAtOften) {
+  HangOptions o;
+  std::vector<WorkerView> w(2);
+  w[0].watch.last_heartbeat = kT0;
+  w[1].watch.last_heartbeat = kT0;
+  EXPECT_EQ(CheckGroup(w, kT0, o, absl::Seconds(5)).next_check, kT0 + absl::Milliseconds(1500));
+  EXPECT_EQ(CheckGroup(w, kT0 + absl::Seconds(2), o, absl::Seconds(5)).next_check,
+            kT0 + absl::Seconds(2) + o.stopped_look);
+  w[0].watch.last_heartbeat = kT0 + absl::Seconds(2);
+  w[1].watch.last_heartbeat = kT0 + absl::Seconds(2);
+  w[1].watch.stopped_since = kT0 + absl::Seconds(2);
+  EXPECT_EQ(CheckGroup(w, kT0 + absl::Seconds(2), o, absl::Seconds(5)).next_check,
+            kT0 + absl::Seconds(2) + o.stopped_look);
+  EXPECT_EQ(CheckGroup(w, kT0 + absl::Seconds(2), Fixed(60), absl::Seconds(5)).next_check,
+            kT0 + absl::Seconds(2) + o.stopped_look);
+  w[1].watch.stopped_since.reset();
+  EXPECT_EQ(CheckGroup(w, kT0 + absl::Seconds(2), Fixed(60), absl::Seconds(5)).next_check, kT0 + absl::Seconds(7));
 }
 
 TEST(DecideNext, RestartsOnlyFailuresCount) {
