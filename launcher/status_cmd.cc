@@ -7,15 +7,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "base/json.h"
 #include "base/printable.h"
 #include "base/token.h"
 #include "rendezvous/connect.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/job_page.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -36,6 +39,55 @@ const char* StateName(rdzv::v1::RunStatusResponse::State s) {
       return "CLOSED";
     default:
       return "UNKNOWN";
+  }
+}
+
+std::string UtcTime(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
+
+std::string UtcMillis(int64_t unix_ms) { return UtcTime(absl::FromUnixMillis(unix_ms)); }
+
+// "1,3"; "-" for none. Hosts are printed as printable text.
+template <typename List>
+std::string Listed(const List& items) {
+  if (items.empty()) return "-";
+  return absl::StrJoin(items, ",", [](std::string* out, const auto& item) {
+    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(item)>>) {
+      absl::StrAppend(out, item);
+    } else {
+      absl::StrAppend(out, base::Printable(item));
+    }
+  });
+}
+
+// Each node's latest hang and straggler (NodeFaults), two tables, only
+// when some node had one.
+void AppendFaults(const rdzv::v1::RunStatusResponse& st, std::string* out) {
+  bool header = false;
+  for (const auto& n : st.nodes()) {
+    if (!n.faults().has_last_hang()) continue;
+    if (!header) {
+      absl::StrAppendFormat(out, "\n%-5s %-20s %-9s %-14s %-8s %-8s %-10s %-8s %s\n", "NODE", "LAST_HANG",
+                            "CULPRITS", "CULPRIT_HOSTS", "WAITING", "STEP", "COLLECTIVE", "WAITED_S", "STATES");
+      header = true;
+    }
+    const rdzv::v1::HangReport& h = n.faults().last_hang();
+    absl::StrAppendFormat(out, "%-5d %-20s %-9s %-14s %-8s %-8d %-10d %-8.1f %s\n", n.participant().group_rank(),
+                          UtcMillis(h.unix_ms()), Listed(h.culprit_ranks()), Listed(h.culprit_hosts()),
+                          Listed(h.waiting_ranks()), h.step(), h.collective_seq(), h.waited_s(),
+                          base::Printable(h.process_states()));
+  }
+  header = false;
+  for (const auto& n : st.nodes()) {
+    if (!n.faults().has_last_straggler()) continue;
+    if (!header) {
+      absl::StrAppendFormat(out, "\n%-5s %-20s %-9s %-14s %-9s %s\n", "NODE", "LAST_STRAGGLER", "RANKS", "HOSTS",
+                            "SLOWDOWN", "POLICY");
+      header = true;
+    }
+    const rdzv::v1::StragglerReport& g = n.faults().last_straggler();
+    absl::StrAppendFormat(out, "%-5d %-20s %-9s %-14s %-9.2f %s\n", n.participant().group_rank(),
+                          UtcMillis(g.unix_ms()), Listed(g.ranks()), Listed(g.hosts()), g.slowdown(),
+                          base::Printable(g.policy()));
   }
 }
 
@@ -108,6 +160,7 @@ std::string FormatStatusTable(const rdzv::v1::RunStatusResponse& st) {
                           workers(r.started_to_comm_ready_s()), workers(r.comm_ready_to_restored_s()),
                           workers(r.restored_to_first_step_s()), workers(r.total_to_first_step_s()));
   }
+  AppendFaults(st, &out);
   return out;
 }
 
@@ -147,7 +200,7 @@ std::string FormatStatusJson(const rdzv::v1::RunStatusResponse& st) {
     } else {
       out += "null";
     }
-    out += "}";
+    absl::StrAppend(&out, ", \"faults\": ", rdzv::NodeFaultsJson(n.faults()), "}");
   }
   out += "], \"waiting\": [";
   for (int i = 0; i < st.waiting_size(); ++i) {
@@ -190,8 +243,6 @@ namespace {
 std::string InPlace(const std::string& header, const std::string& body) {
   return absl::StrCat("\x1b[H", absl::StrReplaceAll(absl::StrCat(header, body), {{"\n", "\x1b[K\n"}}), "\x1b[J");
 }
-
-std::string UtcTime(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
 
 // Errors that another call may cure: the service is down, restarting, busy
 // or slow.

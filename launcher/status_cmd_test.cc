@@ -169,6 +169,48 @@ TEST(StatusTable, HostsKeptOutAreListedWithWhy) {
   EXPECT_EQ(Field(kept_out[0].struct_value(), "remaining_ms").number_value(), 420000);
 }
 
+// Each node's latest hang and straggler: two tables, in the table only when
+// some node had one, and in the JSON (null when none); text from the
+// nodes cannot drive the terminal.
+TEST(StatusTable, HangsAndStragglersAreListedWithTheirCulprits) {
+  rdzv::v1::RunStatusResponse st = TwoNodes(1);
+  EXPECT_THAT(FormatStatusTable(st), Not(HasSubstr("LAST_HANG")));
+  EXPECT_THAT(FormatStatusTable(st), Not(HasSubstr("LAST_STRAGGLER")));
+  rdzv::v1::HangReport* hang = st.mutable_nodes(1)->mutable_faults()->mutable_last_hang();
+  hang->set_unix_ms(1796677091412);
+  hang->add_culprit_ranks(3);
+  hang->add_culprit_hosts("h2\x1b[2J");
+  hang->set_step(379);
+  hang->set_collective_seq(760);
+  hang->set_waited_s(2.5);
+  hang->set_deadline_s(2.3);
+  hang->set_process_states("rank 3: stopped (T)");
+  rdzv::v1::StragglerReport* slow = st.mutable_nodes(0)->mutable_faults()->mutable_last_straggler();
+  slow->set_unix_ms(1796677000000);
+  slow->add_ranks(0);
+  slow->add_ranks(1);
+  slow->add_hosts("h1");
+  slow->set_slowdown(2.75);
+  slow->set_policy("warn");
+  const std::string t = FormatStatusTable(st);
+  EXPECT_THAT(t, ::testing::ContainsRegex("1 +2026-12-07T20:58:11Z +3 +h2\\\\x1b\\[2J +- +379 +760 +2\\.5 +rank 3: stopped \\(T\\)"));
+  EXPECT_THAT(t, ::testing::ContainsRegex("0 +2026-12-07T20:56:40Z +0,1 +h1 +2\\.75 +warn"));
+  EXPECT_EQ(t.find('\x1b'), std::string::npos) << t;
+  Struct s = Parsed(FormatStatusJson(st));
+  const auto& nodes = Field(s, "nodes").list_value().values();
+  const Struct& h = Field(Field(nodes[1].struct_value(), "faults").struct_value(), "last_hang").struct_value();
+  EXPECT_EQ(Field(h, "culprit_ranks").list_value().values(0).number_value(), 3);
+  EXPECT_EQ(Field(h, "culprit_hosts").list_value().values(0).string_value(), "h2\x1b[2J");
+  EXPECT_EQ(Field(h, "waiting_ranks").list_value().values_size(), 0);
+  EXPECT_EQ(Field(h, "collective_seq").number_value(), 760);
+  EXPECT_EQ(Field(h, "waited_s").number_value(), 2.5);
+  EXPECT_TRUE(Field(Field(nodes[1].struct_value(), "faults").struct_value(), "last_straggler").has_null_value());
+  const Struct& g = Field(Field(nodes[0].struct_value(), "faults").struct_value(), "last_straggler").struct_value();
+  EXPECT_EQ(Field(g, "ranks").list_value().values_size(), 2);
+  EXPECT_EQ(Field(g, "slowdown").number_value(), 2.75);
+  EXPECT_EQ(Field(g, "policy").string_value(), "warn");
+}
+
 TEST(StatusJson, TheDocumentedSchema) {
   const std::string json = FormatStatusJson(TwoNodes(120));
   EXPECT_EQ(json.find('\n'), std::string::npos) << "one line";

@@ -187,6 +187,35 @@ TEST_P(ClientContractTest, TwoNodesFormOneRoundWithDistinctRanks) {
   EXPECT_EQ(status->nodes_size(), 2);
 }
 
+// What a node says about itself in its keep-alive (its last restart, its
+// latest hang and straggler) is in the run's status, on every backend.
+TEST_P(ClientContractTest, ANodesLastRestartAndFaultsAreInTheStatus) {
+  auto a = NewNode("node-a", 2, 2);
+  auto b = NewNode("node-b", 2, 2);
+  JoinAll({a.get(), b.get()});
+  v1::KeepAliveRequest ka = KeepAliveOf(*b);
+  ka.mutable_last_restart()->set_cause("worker_failed");
+  v1::HangReport* hang = ka.mutable_faults()->mutable_last_hang();
+  hang->add_culprit_ranks(3);
+  hang->add_culprit_hosts("host-b");
+  ka.mutable_faults()->mutable_last_straggler()->set_slowdown(2.5);
+  auto kept = b->client->KeepAlive(ka);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto status = a->client->RunStatus(run_id_);
+  ASSERT_TRUE(status.ok()) << status.status();
+  bool seen = false;
+  for (const v1::NodeStatus& n : status->nodes()) {
+    if (n.participant().node_id() != "node-b") continue;
+    seen = true;
+    EXPECT_EQ(n.last_restart().cause(), "worker_failed");
+    ASSERT_EQ(n.faults().last_hang().culprit_ranks_size(), 1);
+    EXPECT_EQ(n.faults().last_hang().culprit_ranks(0), 3);
+    EXPECT_EQ(n.faults().last_hang().culprit_hosts(0), "host-b");
+    EXPECT_EQ(n.faults().last_straggler().slowdown(), 2.5);
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST_P(ClientContractTest, TheRoundsStoreIsSharedBetweenItsNodes) {
   auto a = NewNode("node-a", 2, 2);
   auto b = NewNode("node-b", 2, 2);

@@ -2,6 +2,7 @@
 #include "rendezvous/job_page.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,7 +21,49 @@ const char* StateName(v1::RunStatusResponse::State state) {
   }
 }
 
+// [1,2] of numbers, ["a"] of strings.
+template <typename List>
+std::string JsonList(const List& items) {
+  std::string out = "[";
+  bool first = true;
+  for (const auto& item : items) {
+    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(item)>>) {
+      absl::StrAppend(&out, first ? "" : ",", base::JsonNumber(int64_t{item}));
+    } else {
+      absl::StrAppend(&out, first ? "" : ",", base::JsonString(item));
+    }
+    first = false;
+  }
+  return out + "]";
+}
+
 }  // namespace
+
+std::string NodeFaultsJson(const v1::NodeFaults& f) {
+  using base::JsonNumber;
+  using base::JsonString;
+  std::string out = "{\"last_hang\":";
+  if (f.has_last_hang()) {
+    const v1::HangReport& h = f.last_hang();
+    absl::StrAppend(&out, "{\"unix_ms\":", h.unix_ms(), ",\"culprit_ranks\":", JsonList(h.culprit_ranks()),
+                    ",\"culprit_hosts\":", JsonList(h.culprit_hosts()), ",\"waiting_ranks\":",
+                    JsonList(h.waiting_ranks()), ",\"step\":", h.step(), ",\"collective_seq\":", h.collective_seq(),
+                    ",\"waited_s\":", JsonNumber(h.waited_s()), ",\"deadline_s\":", JsonNumber(h.deadline_s()),
+                    ",\"process_states\":", JsonString(h.process_states()), "}");
+  } else {
+    out += "null";
+  }
+  out += ",\"last_straggler\":";
+  if (f.has_last_straggler()) {
+    const v1::StragglerReport& g = f.last_straggler();
+    absl::StrAppend(&out, "{\"unix_ms\":", g.unix_ms(), ",\"ranks\":", JsonList(g.ranks()),
+                    ",\"hosts\":", JsonList(g.hosts()), ",\"slowdown\":", JsonNumber(g.slowdown()),
+                    ",\"policy\":", JsonString(g.policy()), "}");
+  } else {
+    out += "null";
+  }
+  return out + "}";
+}
 
 std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory& history) {
   std::string out = absl::StrCat(
@@ -55,6 +98,7 @@ std::string RunStatusJson(const v1::RunStatusResponse& s, const ProgressHistory&
     } else {
       out += "null";
     }
+    absl::StrAppend(&out, ",\"faults\":", NodeFaultsJson(n.faults()));
     out += ",\"ranks\":[";
     for (int k = 0; k < n.progress_size(); ++k) {
       const v1::RankProgress& r = n.progress(k);
@@ -130,6 +174,8 @@ absl::string_view RunPageHtml() {
 <p>Kept out (quarantined): <span id="quarantined">none</span></p>
 <h2>Restarts</h2>
 <table id="restarts"><thead><tr><th>node</th><th>into round</th><th>cause</th><th>path</th><th>in the launcher</th><th>detected &rarr; stopped</th><th>stopped &rarr; joined</th><th>joined &rarr; started</th><th>started &rarr; communicator</th><th>&rarr; checkpoint</th><th>&rarr; first step</th><th>to first step</th></tr></thead><tbody></tbody></table>
+<h2>Hangs and stragglers</h2>
+<table id="faults"><thead><tr><th>node</th><th>when</th><th>what</th><th>ranks</th><th>hosts</th><th>detail</th></tr></thead><tbody></tbody></table>
 <h2>Loss</h2><svg id="loss" class="chart" viewBox="0 0 600 200"></svg>
 <h2>Samples/s</h2><svg id="speed" class="chart" viewBox="0 0 600 200"></svg>
 <p id="legend"></p>
@@ -159,6 +205,7 @@ constexpr char kScriptHelpers[] = R"JS('use strict';
 const COLORS = ['#1f77b4','#d62728','#2ca02c','#ff7f0e','#9467bd','#8c564b','#e377c2','#17becf'];
 const history = {};  // rank -> [{step, loss, speed}]
 const restarts = {}; // node_id + round -> phases
+const faults = {};   // node_id + kind + time -> the node's report (NodeFaults)
 function cell(row, text, cls) {
   const td = document.createElement('td');
   td.textContent = text;
@@ -236,6 +283,9 @@ constexpr char kScriptRender[] = R"JS(function renderRun(s) {
       }
     }
     if (n.last_restart) restarts[n.node_id + '@' + n.last_restart.round] = Object.assign({node: n.group_rank}, n.last_restart);
+    const f = n.faults || {};
+    if (f.last_hang) faults[n.node_id + '@hang@' + f.last_hang.unix_ms] = Object.assign({node: n.group_rank, kind: 'hang'}, f.last_hang);
+    if (f.last_straggler) faults[n.node_id + '@straggler@' + f.last_straggler.unix_ms] = Object.assign({node: n.group_rank, kind: 'straggler'}, f.last_straggler);
   }
   document.getElementById('waiting').textContent = s.waiting.length ? s.waiting.map(w => w.host).join(', ') : 'none';
   document.getElementById('quarantined').textContent = (s.quarantined || []).length
@@ -255,6 +305,24 @@ constexpr char kScriptRender[] = R"JS(function renderRun(s) {
     cell(row, w(r.started_to_comm_ready_s)); cell(row, w(r.comm_ready_to_restored_s));
     cell(row, w(r.restored_to_first_step_s)); cell(row, w(r.total_to_first_step_s));
     rbody.appendChild(row);
+  }
+  const fbody = document.querySelector('#faults tbody');
+  fbody.textContent = '';
+  for (const f of Object.values(faults).sort((a, b) => a.unix_ms - b.unix_ms)) {
+    const row = document.createElement('tr');
+    row.className = 'fault';
+    row.dataset.kind = f.kind;
+    cell(row, f.node); cell(row, new Date(f.unix_ms).toISOString()); cell(row, f.kind, 'text');
+    if (f.kind === 'hang') {
+      cell(row, f.culprit_ranks.length ? f.culprit_ranks.join(', ') : 'none named (ranks ' + f.waiting_ranks.join(', ') + ' waited)', 'text');
+      cell(row, f.culprit_hosts.join(', '), 'text');
+      cell(row, 'step ' + f.step + (f.collective_seq ? ', collective ' + f.collective_seq : '') + ', waited ' +
+                fmt(f.waited_s, 1) + ' s of ' + fmt(f.deadline_s, 1) + ' s; ' + f.process_states, 'text');
+    } else {
+      cell(row, f.ranks.join(', '), 'text'); cell(row, f.hosts.join(', '), 'text');
+      cell(row, fmt(f.slowdown, 2) + 'x its peers, policy ' + f.policy, 'text');
+    }
+    fbody.appendChild(row);
   }
   drawChart(document.getElementById('loss'), 'loss');
   drawChart(document.getElementById('speed'), 'speed');

@@ -21,11 +21,20 @@ namespace cpptorchrun::rdzv {
 //  "nodes": [{"node_id", "host", "group_rank", "rank_offset",
 //   "local_world_size", "keep_alive_age_ms", "restart_count",
 //   "last_restart": {"cause", "round", "total_s", ...} | null,
+//   "faults": NodeFaultsJson,
 //   "ranks": [{"rank", "local_rank", "epoch", "step", "total_steps",
 //              "loss", "samples_per_s", "heartbeat_age_ms"}]}],
 //  "waiting": [{"node_id", "host"}], "closed_reason", "store_bytes",
 //  "history": {"<rank>": [[step, loss, samples_per_s], ...]}}
 std::string RunStatusJson(const v1::RunStatusResponse& status, const ProgressHistory& history = {});
+
+// A node's latest hang and straggler (rendezvous.proto NodeFaults), for
+// the page and `cpptorchrun status --json`:
+// {"last_hang": {"unix_ms", "culprit_ranks", "culprit_hosts",
+//   "waiting_ranks", "step", "collective_seq", "waited_s", "deadline_s",
+//   "process_states"} | null,
+//  "last_straggler": {"unix_ms", "ranks", "hosts", "slowdown", "policy"} | null}
+std::string NodeFaultsJson(const v1::NodeFaults& faults);
 
 // {"runs": [{"run_id", "state", "round", "nodes", "world_size",
 //  "restarts"}], "not_shown": N}

@@ -36,6 +36,39 @@ TEST(JobPageTest, RunStatusJsonHasNodesRanksAndRestarts) {
       << json;
 }
 
+// A node's latest hang and straggler; null where none.
+TEST(JobPageTest, NodeFaultsJson) {
+  v1::NodeFaults f;
+  EXPECT_EQ(NodeFaultsJson(f), "{\"last_hang\":null,\"last_straggler\":null}");
+  v1::HangReport* h = f.mutable_last_hang();
+  h->set_unix_ms(1700000000000);
+  h->add_culprit_ranks(3);
+  h->add_culprit_hosts("h\"2");
+  h->add_waiting_ranks(1);
+  h->set_step(40);
+  h->set_collective_seq(80);
+  h->set_waited_s(2.5);
+  h->set_deadline_s(2.25);
+  h->set_process_states("rank 3: stopped (T)");
+  EXPECT_EQ(NodeFaultsJson(f),
+            "{\"last_hang\":{\"unix_ms\":1700000000000,\"culprit_ranks\":[3],\"culprit_hosts\":[\"h\\\"2\"],"
+            "\"waiting_ranks\":[1],\"step\":40,\"collective_seq\":80,\"waited_s\":2.5,\"deadline_s\":2.25,"
+            "\"process_states\":\"rank 3: stopped (T)\"},\"last_straggler\":null}");
+  v1::StragglerReport* g = f.mutable_last_straggler();
+  g->set_unix_ms(1700000001000);
+  g->add_ranks(0);
+  g->add_hosts("h1");
+  g->set_slowdown(2);
+  g->set_policy("warn");
+  EXPECT_NE(NodeFaultsJson(f).find("\"last_straggler\":{\"unix_ms\":1700000001000,\"ranks\":[0],\"hosts\":[\"h1\"],"
+                                   "\"slowdown\":2,\"policy\":\"warn\"}"),
+            std::string::npos)
+      << NodeFaultsJson(f);
+  v1::RunStatusResponse s;
+  *s.add_nodes()->mutable_faults() = f;
+  EXPECT_NE(RunStatusJson(s).find("\"faults\":{\"last_hang\":{\"unix_ms\":1700000000000"), std::string::npos);
+}
+
 TEST(JobPageTest, RunListJson) {
   ServiceSnapshot snapshot;
   snapshot.runs = 2;

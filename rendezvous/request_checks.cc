@@ -27,6 +27,46 @@ absl::Status CheckBatchSize(int size, absl::string_view what, const Limits& limi
                                                  limits.max_keys_per_call));
 }
 
+absl::Status CheckText(const std::string& text, absl::string_view what, const Limits& limits) {
+  if (static_cast<int>(text.size()) <= limits.max_reason_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " is ", text.size(), " bytes; the limit (max_reason_bytes) is ", limits.max_reason_bytes));
+}
+
+absl::Status CheckRanks(int size, absl::string_view what, const Limits& limits) {
+  if (size <= limits.max_local_world_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(size, " ", what, "; the limit (max_local_world_size) is ", limits.max_local_world_size));
+}
+
+absl::Status CheckHosts(const google::protobuf::RepeatedPtrField<std::string>& hosts, absl::string_view what,
+                        const Limits& limits) {
+  if (absl::Status s = CheckRanks(hosts.size(), what, limits); !s.ok()) return s;
+  for (const std::string& h : hosts) {
+    if (static_cast<int>(h.size()) > limits.max_node_id_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("a host in ", what, " is ", h.size(),
+                                                     " bytes; the limit (max_node_id_bytes) is ",
+                                                     limits.max_node_id_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What a node says about itself in a keep-alive: bounded like the rest.
+absl::Status CheckNodeReport(const v1::KeepAliveRequest& r, const Limits& l) {
+  const v1::HangReport& hang = r.faults().last_hang();
+  const v1::StragglerReport& straggler = r.faults().last_straggler();
+  return FirstError({CheckText(r.last_restart().cause(), "last_restart.cause", l),
+                     CheckText(r.last_restart().path(), "last_restart.path", l),
+                     CheckRanks(hang.culprit_ranks_size(), "faults.last_hang.culprit_ranks", l),
+                     CheckRanks(hang.waiting_ranks_size(), "faults.last_hang.waiting_ranks", l),
+                     CheckHosts(hang.culprit_hosts(), "faults.last_hang.culprit_hosts", l),
+                     CheckText(hang.process_states(), "faults.last_hang.process_states", l),
+                     CheckRanks(straggler.ranks_size(), "faults.last_straggler.ranks", l),
+                     CheckHosts(straggler.hosts(), "faults.last_straggler.hosts", l),
+                     CheckText(straggler.policy(), "faults.last_straggler.policy", l)});
+}
+
 }  // namespace
 
 absl::Status CheckRequest(const v1::JoinRequest& r, const Limits& l) {
@@ -45,7 +85,7 @@ absl::Status CheckRequest(const v1::KeepAliveRequest& r, const Limits& l) {
     return absl::InvalidArgumentError(absl::StrCat(r.progress_size(), " progress rows; the limit (max_local_world_size) is ",
                                                    l.max_local_world_size));
   }
-  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l)});
+  return FirstError({ValidateRunId(r.run_id(), l), ValidateNodeId(r.node_id(), l), CheckNodeReport(r, l)});
 }
 absl::Status CheckRequest(const v1::WatchRequest& r, const Limits& l) {
   return ValidateRunId(r.run_id(), l);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cpptorchrun::rdzv {
@@ -83,6 +84,44 @@ TEST(CheckRequest, AKeepAliveWithTooManyProgressRowsIsRefused) {
   EXPECT_TRUE(CheckRequest(keep_alive, limits).ok());
   keep_alive.add_progress();
   EXPECT_TRUE(absl::StrContains(CheckRequest(keep_alive, limits).message(), "max_local_world_size"));
+}
+
+// A node's report of its faults and its last restart is bounded like the
+// rest, and the error names the field and the limit.
+TEST(CheckRequest, AKeepAlivesFaultsAreBounded) {
+  Limits limits;
+  limits.max_local_world_size = 2;
+  limits.max_node_id_bytes = 8;
+  limits.max_reason_bytes = 16;
+  auto base = [] {
+    v1::KeepAliveRequest k;
+    k.set_run_id("run");
+    k.set_node_id("a");
+    v1::HangReport* hang = k.mutable_faults()->mutable_last_hang();
+    hang->add_culprit_ranks(1);
+    hang->add_culprit_hosts("h2");
+    hang->set_process_states("rank 1: T");
+    k.mutable_faults()->mutable_last_straggler()->add_ranks(0);
+    k.mutable_faults()->mutable_last_straggler()->set_policy("warn");
+    return k;
+  };
+  EXPECT_TRUE(CheckRequest(base(), limits).ok());
+  v1::KeepAliveRequest many = base();
+  for (int i = 0; i < 3; ++i) many.mutable_faults()->mutable_last_hang()->add_waiting_ranks(i);
+  EXPECT_THAT(std::string(CheckRequest(many, limits).message()),
+              ::testing::HasSubstr("3 faults.last_hang.waiting_ranks; the limit (max_local_world_size) is 2"));
+  v1::KeepAliveRequest long_host = base();
+  long_host.mutable_faults()->mutable_last_straggler()->add_hosts("a-host-too-long");
+  EXPECT_THAT(std::string(CheckRequest(long_host, limits).message()),
+              ::testing::HasSubstr("faults.last_straggler.hosts is 15 bytes; the limit (max_node_id_bytes) is 8"));
+  v1::KeepAliveRequest long_states = base();
+  long_states.mutable_faults()->mutable_last_hang()->set_process_states(std::string(17, 'x'));
+  EXPECT_THAT(std::string(CheckRequest(long_states, limits).message()),
+              ::testing::HasSubstr("faults.last_hang.process_states is 17 bytes"));
+  v1::KeepAliveRequest long_cause = base();
+  long_cause.mutable_last_restart()->set_cause(std::string(17, 'x'));
+  EXPECT_THAT(std::string(CheckRequest(long_cause, limits).message()),
+              ::testing::HasSubstr("last_restart.cause is 17 bytes"));
 }
 
 TEST(BearerTokenMatches, OnlyTheExactBearerValue) {

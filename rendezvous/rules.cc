@@ -411,6 +411,7 @@ void FillRunStatus(absl::Time now, const RunState& state, size_t max_nodes,
     node->set_restart_count(p.restart_count);
     for (const v1::RankProgress& r : p.progress) *node->add_progress() = r;
     if (!p.last_restart.cause().empty()) *node->mutable_last_restart() = p.last_restart;
+    if (p.faults.ByteSizeLong() > 0) *node->mutable_faults() = p.faults;
   }
   for (const std::vector<Joiner>* waiting : {&state.joiners, &state.spares}) {
     for (const Joiner& j : *waiting) {
@@ -835,6 +836,7 @@ v1::RunEvent ApplyKeepAlive(absl::Time now, RunState* state, const v1::KeepAlive
     const int rows = std::min(request.progress_size(), std::max(0, p.node.local_world_size()));
     p.progress.assign(request.progress().begin(), request.progress().begin() + rows);
     if (request.has_last_restart()) p.last_restart = request.last_restart();
+    if (request.has_faults()) p.faults = request.faults();
   }
   auto joiner = state->joiner_index.find(id);
   if (joiner != state->joiner_index.end()) state->joiners[joiner->second].last_heard = now;

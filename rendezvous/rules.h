@@ -97,6 +97,7 @@ struct ParticipantState {
   int32_t restart_count = 0;
   std::vector<v1::RankProgress> progress;
   v1::RestartPhases last_restart;  // from its keep-alives
+  v1::NodeFaults faults;           // from its keep-alives
 };
 
 // The cause of a round's end by failure: of the nodes whose own workers

@@ -522,6 +522,22 @@ TEST(ApplyKeepAlive, KeepsTheNodesLastRestart) {
   EXPECT_EQ(s.participants[0].last_restart.total_s(), 0.5);
 }
 
+// A node's latest hang and straggler go from its keep-alive to the run's
+// status; a keep-alive without them keeps them.
+TEST(ApplyKeepAlive, KeepsTheNodesFaultsForStatus) {
+  RunState s = ActiveRun(1, 1, {"a"});
+  v1::KeepAliveRequest ka = KeepAliveOf(s, "a");
+  ka.mutable_faults()->mutable_last_hang()->add_culprit_ranks(1);
+  ka.mutable_faults()->mutable_last_hang()->add_culprit_hosts("h2");
+  ApplyKeepAlive(kT0, &s, ka);
+  ApplyKeepAlive(kT0, &s, KeepAliveOf(s, "a"));
+  v1::RunStatusResponse st;
+  FillRunStatus(kT0, s, 10, &st);
+  ASSERT_EQ(st.nodes_size(), 1);
+  EXPECT_EQ(st.nodes(0).faults().last_hang().culprit_hosts(0), "h2");
+  EXPECT_FALSE(st.nodes(0).faults().has_last_straggler());
+}
+
 TEST(ApplyKeepAlive, KeepsAtMostOneProgressRowPerLocalRank) {
   RunState s = ActiveRun(1, 1, {"a"});  // local_world_size 2
   v1::KeepAliveRequest ka = KeepAliveOf(s, "a");

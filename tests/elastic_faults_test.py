@@ -83,8 +83,16 @@ class FaultsTest(unittest.TestCase):
             env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
         rank = int(env[b"RANK"])
         os.kill(victim, signal.SIGSTOP)
+        # `status --json` while the job goes on: node B's latest hang, as
+        # its keep-alives carry it (polled until it shows or B ends).
+        shown = harness.wait_for(lambda: self.hang_in_status() or b.proc.poll() is not None, 120,
+                                 "the hang in status, or node B's end")
         self.assertEqual(b.wait(600), 0, b.text()[-4000:])
         self.assertEqual(a.wait(600), 0, a.text()[-4000:])
+        self.assertIsInstance(shown, dict, "the job ended before status showed the hang")
+        self.assertEqual(shown["culprit_ranks"], [rank], shown)
+        self.assertEqual(shown["culprit_hosts"], [self.cluster.hosts[2].name], shown)
+        self.assertIn("rank %d: stopped (T)" % rank, shown["process_states"])
         hangs = jobs.named(b.events(), "hang_detected")
         self.assertEqual(len(hangs), 1, b.events())
         hang = hangs[0]
@@ -193,6 +201,10 @@ class FaultsTest(unittest.TestCase):
         b.proc.send_signal(signal.SIGTERM)
         self.assertEqual(b.wait(60), 128 + signal.SIGTERM, b.text()[-3000:])
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def hang_in_status(self):
+        return jobs.node_fault(jobs.status_json(self.cluster.hosts[1], self.server.endpoint, self.run_id),
+                               "last_hang")
 
     def status(self):
         r = subprocess.run(self.cluster.hosts[1].argv(

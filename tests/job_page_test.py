@@ -1,7 +1,8 @@
 """Operations, the job page: the rendezvous server's page for a live 2-node
 fake-GPU job, opened in Debian's headless Chromium after a one-time login
-with the token, shows every rank with its progress; after a worker's kill -9
-it shows the new round and the restart with its cause. Without the token
+with the token, shows every rank with its progress; after a worker hangs
+(SIGSTOP) it shows the new round, the restart with its cause and the hang
+with its culprit's process state. Without the token
 the page shows only the login form; a run id with HTML in the address is
 shown as text. CPPTORCHRUN_SCREENSHOT=path saves a screenshot of the page
 after the restart (docs/job_page.png is one).
@@ -47,7 +48,7 @@ class JobPageTest(unittest.TestCase):
     def login_url(self, page):
         return "%s/login?token=%s&next=%s" % (self.url, self.token, urllib.parse.quote(page))
 
-    def test_page_shows_ranks_and_the_restart_after_a_kill(self):
+    def test_page_shows_ranks_the_restart_and_the_hang_after_a_stop(self):
         started = time.monotonic()
         h0, h1 = self.cluster.hosts
         server = jobs.RdzvServer(h0, self.work, extra=["--metrics_port", "0", "--token_file", self.token_file])
@@ -86,12 +87,14 @@ class JobPageTest(unittest.TestCase):
         self.assertIn("&lt;img src=x onerror=alert(1)&gt;", dom)
         self.assertNotIn("<img", dom)
 
-        # kill -9 one of node B's workers once a checkpoint exists.
+        # One of node B's workers hangs (SIGSTOP) once a checkpoint exists:
+        # found hung, killed, the group restarts.
         jobs.wait_checkpoint(os.path.join(self.work, "ckpt"), timeout=120)
         victim = harness.wait_for(b.worker_pids, 30, "node B's worker")[0]
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim, signal.SIGSTOP)
         harness.wait_for(lambda: (s := self.status()) and s["round"] > round_before and len(s["nodes"]) == 2 and
                          any((n["last_restart"] or {}).get("cause") == "worker_failed" for n in s["nodes"]) and
+                         jobs.node_fault(s, "last_hang") and
                          all(r["step"] > 0 for n in s["nodes"] for r in n["ranks"]) and
                          sum(len(n["ranks"]) for n in s["nodes"]) == 2,
                          90, "the new round with the restart and both ranks training again", interval=0.2)
@@ -99,6 +102,8 @@ class JobPageTest(unittest.TestCase):
         dom = chromium.dom(page)
         self.assertEqual(rank_rows(dom), [0, 1], dom)
         self.assertIn('<tr class="restart" data-cause="worker_failed">', dom)
+        self.assertIn('<tr class="fault" data-kind="hang">', dom)
+        self.assertIn("stopped (T)", dom)
         self.assertGreater(int(re.search(r'<b id="round">(\d+)</b>', dom).group(1)), round_before)
         shot = chromium.screenshot(page, os.path.join(self.work, "job_page.png"))
         keep = os.environ.get("CPPTORCHRUN_SCREENSHOT")

@@ -294,6 +294,23 @@ def job_leftovers(run_id):
     return harness.processes_with_env("TORCHELASTIC_RUN_ID", run_id)
 
 
+def status_json(host, endpoint, run_id):
+    """`cpptorchrun status --json` of `run_id`, run on `host`, as a dict;
+    None when it fails (the service does not answer or know the run)."""
+    r = subprocess.run(host.argv([harness.binary(LAUNCHER), "status", "--json", "--rdzv_endpoint", endpoint,
+                                  "--rdzv_id", run_id]), capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def node_fault(status, kind):
+    """The first node's faults[kind] ("last_hang", "last_straggler") in a
+    status_json answer, or None."""
+    for node in (status or {}).get("nodes", []):
+        if node["faults"][kind]:
+            return node["faults"][kind]
+    return None
+
+
 def fast_rdzv_conf(keep_alive=0.5, attempts=2, last_call=1.0, join_timeout=60):
     return ["--rdzv_conf", "keep_alive_interval=%g,keep_alive_max_attempt=%d,last_call_timeout=%g,"
             "join_timeout=%g" % (keep_alive, attempts, last_call, join_timeout)]

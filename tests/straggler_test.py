@@ -37,7 +37,15 @@ class StragglerTest(unittest.TestCase):
         # The fault: a CPU quota (bounded: at most 120 s, and never past the
         # report or the worker's end).
         harness.throttle(victim, 120, stop=lambda: reported() or slow.proc.poll() is not None)
+        # `status --json` while the job goes on shows it (polled until it
+        # does or the job ends).
+        shown = harness.wait_for(lambda: jobs.node_fault(jobs.status_json(
+            self.cluster.hosts[1], self.server.endpoint, self.run_id + "slow"), "last_straggler")
+            or slow.proc.poll() is not None, 120, "the straggler in status, or the job's end")
         self.assertEqual(slow.wait(600), 0, slow.text()[-3000:])
+        self.assertIsInstance(shown, dict, "the job ended before status showed the straggler")
+        self.assertEqual(shown["hosts"], [self.cluster.hosts[1].name], shown)
+        self.assertGreaterEqual(shown["slowdown"], 1.5, shown)
         found = jobs.named(slow.events(), "straggler_detected")
         self.assertEqual(len(found), 1, slow.events())
         self.assertEqual(found[0]["hosts"], [self.cluster.hosts[1].name], found)

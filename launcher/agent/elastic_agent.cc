@@ -434,9 +434,9 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     const std::string state = o_.processes->State(w.pid);
     states.push_back(absl::StrCat("rank ", w.rank, ": ", state));
     if (!v.watch.last_heartbeat.has_value()) {
-      // No heartbeats: stopped (T) for the floor (hang_policy.h).
+      // No heartbeats: stopped (T) for the stopped floor (hang_policy.h).
       waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.watch.stopped_since.value_or(now)));
-      deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.floor));
+      deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.stopped_floor));
     } else {
       waited_s = std::max(waited_s, absl::ToDoubleSeconds(now - v.watch.progress.last_progress.value_or(now)));
       deadline_s = std::max(deadline_s, absl::ToDoubleSeconds(o_.hang.fixed_silence.value_or(
@@ -459,12 +459,26 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
   }
   // The culprits: the ranks stuck themselves; when every hung rank here
   // still heartbeats (waiting on a peer no node named in time), none.
+  const std::vector<std::string> culprit_hosts =
+      culprit_ranks.empty() ? std::vector<std::string>{} : std::vector<std::string>{hostname_};
+  const std::string process_states = absl::StrJoin(states, "; ");
   Event("hang_detected",
-        {{"culprit_ranks", culprit_ranks},
-         {"culprit_hosts", culprit_ranks.empty() ? std::vector<std::string>{} : std::vector<std::string>{hostname_}},
-         {"waiting_ranks", waiting_ranks}, {"host", hostname_}, {"address", host_}, {"step", step},
-         {"waited_s", waited_s}, {"deadline_s", deadline_s}, {"process_states", absl::StrJoin(states, "; ")},
-         {"collective_seq", collective_seq}});
+        {{"culprit_ranks", culprit_ranks}, {"culprit_hosts", culprit_hosts}, {"waiting_ranks", waiting_ranks},
+         {"host", hostname_}, {"address", host_}, {"step", step}, {"waited_s", waited_s},
+         {"deadline_s", deadline_s}, {"process_states", process_states}, {"collective_seq", collective_seq}});
+  if (o_.progress != nullptr) {
+    rdzv::v1::HangReport report;
+    report.set_unix_ms(absl::ToUnixMillis(now));
+    report.mutable_culprit_ranks()->Add(culprit_ranks.begin(), culprit_ranks.end());
+    report.mutable_culprit_hosts()->Add(culprit_hosts.begin(), culprit_hosts.end());
+    report.mutable_waiting_ranks()->Add(waiting_ranks.begin(), waiting_ranks.end());
+    report.set_step(step);
+    report.set_collective_seq(collective_seq);
+    report.set_waited_s(waited_s);
+    report.set_deadline_s(deadline_s);
+    report.set_process_states(process_states);
+    o_.progress->SetLastHang(report);
+  }
   for (int lr : check.hung) {
     Worker& w = workers_[lr];
     Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
@@ -504,12 +518,48 @@ bool ElasticAgent::HandleStragglers(absl::Time now) {
     o_.processes->SignalGroup(w.pid, SIGKILL);
   }
   if (ranks.empty()) return false;
-  Event("straggler_detected", {{"ranks", ranks},
-                               {"hosts", std::vector<std::string>{hostname_}},
-                               {"slowdown", slowdown},
-                               {"policy", std::string(o_.straggler_policy == StragglerPolicy::kReplace ? "replace"
-                                                                                                      : "warn")}});
+  const std::string policy = o_.straggler_policy == StragglerPolicy::kReplace ? "replace" : "warn";
+  Event("straggler_detected",
+        {{"ranks", ranks}, {"hosts", std::vector<std::string>{hostname_}}, {"slowdown", slowdown}, {"policy", policy}});
+  rdzv::v1::StragglerReport report;
+  report.set_unix_ms(absl::ToUnixMillis(now));
+  report.mutable_ranks()->Add(ranks.begin(), ranks.end());
+  report.add_hosts(hostname_);
+  report.set_slowdown(slowdown);
+  report.set_policy(policy);
+  o_.progress->SetLastStraggler(report);
   return o_.straggler_policy == StragglerPolicy::kReplace;
+}
+
+std::vector<WorkerView> ElasticAgent::LookAtWorkers(absl::Time now) {
+  std::vector<WorkerView> views;
+  for (Worker& w : workers_) {
+    WorkerView v;
+    v.exited = w.exited;
+    v.status = w.status;
+    if (!w.exited) {
+      const std::string state = o_.processes->State(w.pid);
+      const bool stopped = absl::StartsWith(state, "stopped");
+      // Stopped at every look and no CPU time used since the last one (a
+      // throttled process is stopped at many looks but runs between them).
+      const std::optional<int64_t> ticks = o_.processes->CpuTicks(w.pid);
+      const bool ran = ticks.has_value() && w.cpu_ticks.has_value() && *ticks != *w.cpu_ticks;
+      w.cpu_ticks = ticks;
+      if (!stopped) w.stopped_since.reset();
+      else if (!w.stopped_since.has_value() || ran) w.stopped_since = now;
+      v.watch.stopped_since = w.stopped_since;
+      v.watch.watched_since = watched_since_;
+      if (o_.progress != nullptr) {
+        v.watch.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
+        v.watch.progress = o_.progress->Progress(w.local_rank);
+        v.watch.frozen = v.watch.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
+        v.finished = o_.progress->Finished(w.local_rank);
+        v.watch.collective_seq = o_.progress->CollectiveSeq(w.local_rank);
+      }
+    }
+    views.push_back(v);
+  }
+  return views;
 }
 
 ElasticAgent::MonitorResult ElasticAgent::Monitor() {
@@ -526,28 +576,7 @@ ElasticAgent::MonitorResult ElasticAgent::Monitor() {
       watched_since_ = now;
       for (Worker& w : workers_) w.stopped_since.reset();
     }
-    std::vector<WorkerView> views;
-    for (Worker& w : workers_) {
-      WorkerView v;
-      v.exited = w.exited;
-      v.status = w.status;
-      if (!w.exited) {
-        const std::string state = o_.processes->State(w.pid);
-        const bool stopped = absl::StartsWith(state, "stopped");
-        if (!stopped) w.stopped_since.reset();
-        else if (!w.stopped_since.has_value()) w.stopped_since = now;
-        v.watch.stopped_since = w.stopped_since;
-        v.watch.watched_since = watched_since_;
-        if (o_.progress != nullptr) {
-          v.watch.last_heartbeat = o_.progress->LastHeartbeat(w.local_rank);
-          v.watch.progress = o_.progress->Progress(w.local_rank);
-          v.watch.frozen = v.watch.last_heartbeat.has_value() && (stopped || absl::StartsWith(state, "uninterruptible"));
-          v.finished = o_.progress->Finished(w.local_rank);
-          v.watch.collective_seq = o_.progress->CollectiveSeq(w.local_rank);
-        }
-      }
-      views.push_back(v);
-    }
+    std::vector<WorkerView> views = LookAtWorkers(now);
     // A rank past its deadline that still heartbeats: waiting in a
     // collective, or the one that never issued it? The job's collectives say.
     const bool need_job = std::any_of(views.begin(), views.end(), [&](const WorkerView& v) {

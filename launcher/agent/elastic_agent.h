@@ -168,7 +168,10 @@ class ElasticAgent {
     bool exited = false;
     bool stopping = false;  // exits from now on are our doing, not failures
     bool held = false;      // kept through the round change (in-place recovery)
-    std::optional<absl::Time> stopped_since;  // its process stopped (T) at every look since
+    // Its process stopped (T) at every look since, using no CPU time
+    // between looks (cpu_ticks: at the last look).
+    std::optional<absl::Time> stopped_since;
+    std::optional<int64_t> cpu_ticks;
     ExitStatus status;
     std::string error_file;
     std::optional<FailureRecord> failure;
@@ -361,6 +364,9 @@ class ElasticAgent {
   // the rendezvous (RunStatus, their keep-alives), asked at most every
   // second within kRoundCheckBound.
   int64_t JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now);
+  // What the hang rules see of each worker at `now`: its process state (and
+  // since when it has been stopped), its heartbeats and steps.
+  std::vector<WorkerView> LookAtWorkers(absl::Time now);
   void Event(absl::string_view name, std::vector<EventField> fields);
 
   AgentOptions o_;

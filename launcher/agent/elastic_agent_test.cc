@@ -893,9 +893,9 @@ void StopRank1After(FakeProcessLauncher& p, const FakeProcessLauncher::Started& 
 }
 
 // A worker that sends no heartbeats (a Python script) is SIGSTOPped at 5 s:
-// seen stopped at every look from then, it is hung at 15 s (the floor) and
-// named, with default settings.
-TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
+// seen stopped at every look from then, it is hung at 7 s (the stopped
+// floor) and named, with default settings.
+TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheStoppedFloor) {
   o_.hang = HangOptions();
   processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
     StopRank1After(p, s, absl::Seconds(5));
@@ -905,12 +905,33 @@ TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheFloor) {
   EXPECT_EQ(r.exit_code, 128 + SIGKILL);
   ASSERT_EQ(r.failures.size(), 1u);
   EXPECT_EQ(r.failures[0].rank, 1);
-  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(15));
-  EXPECT_THAT(r.failures[0].message, HasSubstr("its process has been stopped (T) for 10s"));
+  EXPECT_EQ(r.failures[0].time, t0 + absl::Seconds(7));
+  EXPECT_THAT(r.failures[0].message, HasSubstr("its process has been stopped (T) for 2s without using CPU time"));
   std::map<std::string, EventValue> hang = OnlyEvent(events_, "hang_detected");
   EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
-  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 10.0);
-  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 10.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 2.0);
+  EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 2.0);
+}
+
+// A throttled worker without heartbeats (a CPU quota by SIGSTOP and
+// SIGCONT): every look sees it stopped, but it used CPU time between looks,
+// so it is never hung; it finishes at 30 s and the job succeeds.
+TEST_F(AgentTest, AThrottledWorkerWithoutHeartbeatsIsNotHung) {
+  o_.hang = HangOptions();
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    FakeProcessLauncher* launcher = &p;
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 1) {
+      launcher->SetState(s.pid, "stopped (T)");
+      for (int i = 1; i <= 120; ++i) {  // its CPU time advances every 250 ms
+        p.CallAt(s.time + i * absl::Milliseconds(250), [launcher, pid = s.pid, i] { launcher->SetCpuTicks(pid, i); });
+      }
+    }
+    p.ExitAt(s.pid, s.time + absl::Seconds(30), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.failures.empty());
+  for (const auto& [name, fields] : events_.events()) EXPECT_NE(name, "hang_detected");
 }
 
 // A worker that heartbeats (the C++ train) is SIGSTOPped half a second after

@@ -107,6 +107,18 @@ void FakeProcessLauncher::Unkillable(pid_t pid, const std::string& state) {
   states_[pid] = state;
 }
 
+void FakeProcessLauncher::SetCpuTicks(pid_t pid, int64_t ticks) {
+  absl::MutexLock lock(&mu_);
+  cpu_ticks_[pid] = ticks;
+}
+
+std::optional<int64_t> FakeProcessLauncher::CpuTicks(pid_t pid) {
+  absl::MutexLock lock(&mu_);
+  auto it = cpu_ticks_.find(pid);
+  if (alive_.count(pid) == 0 || it == cpu_ticks_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::string FakeProcessLauncher::State(pid_t pid) {
   absl::MutexLock lock(&mu_);
   if (alive_.count(pid) == 0) return "gone";

@@ -69,6 +69,9 @@ class FakeProcessLauncher final : public ProcessLauncher {
   void Unkillable(pid_t pid, const std::string& state);
   // What a test set; else "running" while alive; "gone" after.
   std::string State(pid_t pid) override;
+  // CpuTicks says `ticks` for the process from now on (none set: unknown).
+  void SetCpuTicks(pid_t pid, int64_t ticks);
+  std::optional<int64_t> CpuTicks(pid_t pid) override;
 
   std::vector<Started> started() const;
   std::vector<std::pair<pid_t, int>> signals_sent() const;
@@ -101,6 +104,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::set<pid_t> ignore_term_ ABSL_GUARDED_BY(mu_);
   std::set<pid_t> unkillable_ ABSL_GUARDED_BY(mu_);
   std::map<pid_t, std::string> states_ ABSL_GUARDED_BY(mu_);
+  std::map<pid_t, int64_t> cpu_ticks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<pid_t, int>> signals_ ABSL_GUARDED_BY(mu_);
   int wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> prepared_ ABSL_GUARDED_BY(mu_);

@@ -109,7 +109,7 @@ bool IsCulprit(const RankWatch& r, absl::Time now, const HangOptions& o) {
 
 std::optional<absl::Time> HangTime(const RankWatch& r, absl::Time now, const HangOptions& o) {
   if (!r.last_heartbeat.has_value()) {
-    if (r.stopped_since.has_value()) return *r.stopped_since + o.floor;
+    if (r.stopped_since.has_value()) return *r.stopped_since + o.stopped_floor;
     return std::nullopt;
   }
   if (o.fixed_silence.has_value()) return LastHeard(r) + *o.fixed_silence;
@@ -130,8 +130,9 @@ bool IsHung(const RankWatch& r, absl::Time now, const HangOptions& o) {
 std::string HungMessage(const RankWatch& r, absl::Time now, const HangOptions& o) {
   if (!r.last_heartbeat.has_value()) {
     return absl::StrCat("hung: its process has been stopped (T) for ",
-                        absl::FormatDuration(now - r.stopped_since.value_or(now)), " (a worker without heartbeats: ",
-                        absl::FormatDuration(o.floor), " stopped is a hang); killed");
+                        absl::FormatDuration(now - r.stopped_since.value_or(now)),
+                        " without using CPU time (a worker without heartbeats: ", absl::FormatDuration(o.stopped_floor),
+                        " stopped is a hang); killed");
   }
   if (o.fixed_silence.has_value()) {
     return absl::StrCat("hung: no heartbeat for ", absl::FormatDuration(now - r.last_heartbeat.value_or(now)),

@@ -20,7 +20,8 @@
 // An explicit --worker_timeout replaces the rule by today's: hung after
 // that much silence (no heartbeat), whatever the steps.
 // A rank that heartbeats and whose process has been seen stopped (T: a
-// SIGSTOP, a terminal's stop) at every look for `stopped_for` cannot step
+// SIGSTOP, a terminal's stop) at every look, using no CPU time between
+// looks, for `stopped_for` cannot step
 // until someone continues it, and is in none of the slow moments the
 // floor allows for (a page-fault storm, a slow file system, a long
 // collective): its deadline's floor is `stopped_floor` instead, and before
@@ -33,9 +34,10 @@
 // launcher stopped with its workers) counts against nobody: RankWatch's
 // `watched_since` moves to the look after the break.
 // A worker that never heartbeats (a Python script) has no steps to judge:
-// it is hung only when its process has been seen stopped (T) at every look
-// for `floor` (a SIGSTOP, a job-control stop), never for slowness, I/O
-// (D, which may be brief) or a debugger's trace (t).
+// it is hung only when its process has been seen stopped (T) at every look,
+// using no CPU time between looks, for `stopped_floor` (a SIGSTOP, a
+// job-control stop), never for slowness, I/O (D, which may be brief) or a
+// debugger's trace (t).
 #ifndef CPPTORCHRUN_LAUNCHER_AGENT_HANG_POLICY_H_
 #define CPPTORCHRUN_LAUNCHER_AGENT_HANG_POLICY_H_
 

@@ -320,4 +320,21 @@ std::optional<rdzv::v1::RestartPhases> ProgressBoard::LastRestart() const {
   return last_restart_;
 }
 
+void ProgressBoard::SetLastHang(const rdzv::v1::HangReport& hang) {
+  absl::MutexLock lock(&mu_);
+  if (!faults_.has_value()) faults_.emplace();
+  *faults_->mutable_last_hang() = hang;
+}
+
+void ProgressBoard::SetLastStraggler(const rdzv::v1::StragglerReport& straggler) {
+  absl::MutexLock lock(&mu_);
+  if (!faults_.has_value()) faults_.emplace();
+  *faults_->mutable_last_straggler() = straggler;
+}
+
+std::optional<rdzv::v1::NodeFaults> ProgressBoard::Faults() const {
+  absl::MutexLock lock(&mu_);
+  return faults_;
+}
+
 }  // namespace cpptorchrun::launcher

@@ -119,6 +119,11 @@ class ProgressBoard {
   // This node's last restart (the agent sets it; the keep-alive carries it).
   void SetLastRestart(const rdzv::v1::RestartPhases& phases);
   std::optional<rdzv::v1::RestartPhases> LastRestart() const;
+  // This node's latest hang and straggler report (the agent sets them; the
+  // keep-alive carries them to status and the job page).
+  void SetLastHang(const rdzv::v1::HangReport& hang);
+  void SetLastStraggler(const rdzv::v1::StragglerReport& straggler);
+  std::optional<rdzv::v1::NodeFaults> Faults() const;
   std::optional<absl::Time> LastHeartbeat(int local_rank) const;
   // Every current worker's compute window (straggler_policy.h).
   std::map<int, std::deque<double>> ComputeWindows() const;
@@ -154,6 +159,7 @@ class ProgressBoard {
   std::map<int, RankReport> reports_ ABSL_GUARDED_BY(mu_);
   std::map<int, RankReport> held_ ABSL_GUARDED_BY(mu_);
   std::optional<rdzv::v1::RestartPhases> last_restart_ ABSL_GUARDED_BY(mu_);
+  std::optional<rdzv::v1::NodeFaults> faults_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cpptorchrun::launcher

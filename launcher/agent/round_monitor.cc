@@ -79,6 +79,7 @@ class GrpcRoundMonitor final : public RoundMonitor {
         *req.mutable_options() = options_.run_options;
         if (options_.progress != nullptr) {
           if (auto last = options_.progress->LastRestart(); last.has_value()) *req.mutable_last_restart() = *last;
+          if (auto faults = options_.progress->Faults(); faults.has_value()) *req.mutable_faults() = *faults;
           absl::Time now = options_.progress->clock()->Now();
           for (const RankReport& r : options_.progress->Snapshot()) {
             auto* p = req.add_progress();

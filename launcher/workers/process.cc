@@ -16,9 +16,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/become.h"
 #include "base/signals.h"
 
@@ -386,5 +389,26 @@ std::string ProcessState(pid_t pid, const std::string& proc) {
 }
 
 std::string ProcessLauncher::State(pid_t pid) { return ProcessState(pid); }
+
+std::optional<int64_t> CpuTicksFromStat(const std::string& stat_line) {
+  const size_t close = stat_line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  // After the command: state (field 3) ... utime (14), stime (15).
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(stat_line).substr(close + 1), ' ', absl::SkipEmpty());
+  int64_t utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) {
+    return std::nullopt;
+  }
+  return utime + stime;
+}
+
+std::optional<int64_t> ProcessCpuTicks(pid_t pid, const std::string& proc) {
+  const std::string line = FirstLine(absl::StrCat(proc, "/", pid, "/stat"));
+  if (line.empty()) return std::nullopt;
+  return CpuTicksFromStat(line);
+}
+
+std::optional<int64_t> ProcessLauncher::CpuTicks(pid_t pid) { return ProcessCpuTicks(pid); }
 
 }  // namespace cpptorchrun::launcher

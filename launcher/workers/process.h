@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,9 @@ class ProcessLauncher {
   // The scheduling state of a process this launcher started (ProcessState
   // below; a fake reports what its test sets).
   virtual std::string State(pid_t pid);
+  // The CPU time the process has used (ProcessCpuTicks below); none when
+  // unknown.
+  virtual std::optional<int64_t> CpuTicks(pid_t pid);
 };
 
 // Blocks SIGCHLD and `signals` in the calling thread. Call it at the start
@@ -152,6 +156,13 @@ std::string ProcessStateFromStat(const std::string& stat_line);
 // (`proc`/PID/wchan, when the kernel shows it): "uninterruptible sleep (D)
 // in nfs_wait_on_request".
 std::string ProcessState(pid_t pid, const std::string& proc = "/proc");
+
+// The CPU time a process has used, user and system, in clock ticks
+// (fields 14 and 15 of /proc/PID/stat): from a stat line, and for a live
+// pid; none when it cannot be read. A stopped process uses none, a
+// throttled one some: what tells them apart between two looks.
+std::optional<int64_t> CpuTicksFromStat(const std::string& stat_line);
+std::optional<int64_t> ProcessCpuTicks(pid_t pid, const std::string& proc = "/proc");
 
 }  // namespace cpptorchrun::launcher
 

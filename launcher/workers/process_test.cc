@@ -213,6 +213,17 @@ TEST(ProcessState, ReadFromTheStatLine) {
   EXPECT_EQ(ProcessStateFromStat(""), "unknown");
 }
 
+// utime + stime (fields 14 and 15), after a command name with spaces and
+// parentheses; none from a short or garbled line. This process has some.
+TEST(ProcessState, CpuTicksFromTheStatLine) {
+  EXPECT_EQ(CpuTicksFromStat("42 (a) (b) T 1 42 42 0 -1 4194560 100 0 0 0 250 31 0 0 20 0 13"), 281);
+  EXPECT_EQ(CpuTicksFromStat("42 (train) T 1 42 42 0"), std::nullopt);
+  EXPECT_EQ(CpuTicksFromStat("42 (train) T 1 42 42 0 -1 4194560 100 0 0 0 x 31 0"), std::nullopt);
+  EXPECT_EQ(CpuTicksFromStat(""), std::nullopt);
+  EXPECT_TRUE(ProcessCpuTicks(getpid()).has_value());
+  EXPECT_EQ(ProcessCpuTicks(getpid(), "/nonexistent"), std::nullopt);
+}
+
 // A fake /proc: a worker the kernel holds in uninterruptible sleep says
 // where (wchan); one whose wchan is hidden ("0") or absent says only D.
 TEST(ProcessState, UninterruptibleSleepSaysWhereFromAFakeProc) {

@@ -200,6 +200,7 @@ class EtcdRendezvousClient final : public RendezvousClient {
       const int rows = std::min(request.progress_size(), std::max(0, p.node.local_world_size()));
       report.mutable_progress()->Add(request.progress().begin(), request.progress().begin() + rows);
       if (request.has_last_restart()) *report.mutable_last_restart() = request.last_restart();
+      if (request.has_faults()) *report.mutable_faults() = request.faults();
       absl::StatusOr<int64_t> put =
           kv_->Put(keys.Progress(me), report.SerializeAsString(), LeaseOf(request.run_id(), me));
       if (!put.ok()) return put.status();

@@ -140,6 +140,7 @@ void ApplyLiveness(absl::Time now, const Liveness& live, RunState* state) {
       p.restart_count = it->second.restart_count();
       p.progress.assign(it->second.progress().begin(), it->second.progress().end());
       p.last_restart = it->second.last_restart();
+      p.faults = it->second.faults();
     }
   }
 }
