@@ -458,6 +458,7 @@ int Run(const Flags& flags, Reporting& reporting, Signals& signals,
   }
   deps.on_state_received = [&](int64_t step, const std::string& from) {
     if (observers.sample_log != nullptr) observers.sample_log->OnResumed(step);
+    if (observers.progress.has_value()) observers.progress->OnRoundChanged();
     if (heartbeat.has_value()) heartbeat->OnRecovered(step, from);
     if (env->rank == 0) std::fprintf(stderr, "train[rank 0]: state of step %lld from %s\n", static_cast<long long>(step), from.c_str());
   };

@@ -61,6 +61,8 @@ void ConsoleProgress::OnStep(const StepReport& r) {
   // (again, after a resume) at once, not line_every steps later.
   const bool first = first_step_ < 0;
   if (first) first_step_ = r.global_step - 1;
+  const bool line_next = line_next_;
+  line_next_ = false;
   const bool epoch_end = r.step_in_epoch == r.steps_in_epoch;
   const double eta = EstimateEta(r, first_step_);
   if (terminal_) {
@@ -68,7 +70,7 @@ void ConsoleProgress::OnStep(const StepReport& r) {
     line_open_ = !epoch_end;
     if (epoch_end) std::fputc('\n', out_);
     std::fflush(out_);
-  } else if (first || epoch_end || r.step_in_epoch % line_every_ == 0) {
+  } else if (first || line_next || epoch_end || r.step_in_epoch % line_every_ == 0) {
     std::fprintf(out_, "%s\n", FormatProgress(r, eta, false).c_str());
     std::fflush(out_);
   }

@@ -29,6 +29,9 @@ class ConsoleProgress final : public TrainObserver {
   void OnStep(const StepReport& report) override;
   void OnResumed(int64_t global_step) override;
   void OnFinished(const TrainMetrics& metrics) override;
+  // The worker went on in a new round (an in-place recovery): the next
+  // step gets a line of its own, as after a resume.
+  void OnRoundChanged() { line_next_ = true; }
 
  private:
   std::FILE* const out_;
@@ -36,6 +39,7 @@ class ConsoleProgress final : public TrainObserver {
   const int64_t line_every_;
   int64_t first_step_ = -1;
   bool line_open_ = false;
+  bool line_next_ = false;
 };
 
 }  // namespace cpptorchrun::worker

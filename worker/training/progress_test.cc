@@ -64,5 +64,25 @@ TEST(Progress, PrintsLinesEveryNStepsAndTheSummary) {
   EXPECT_THAT(text, HasSubstr("test accuracy 85.31%, 2345 samples/s over 25.6 s (world 2, gloo)"));
 }
 
+// After an in-place recovery the worker goes on in a new round: its next
+// step gets a line of its own, the ones after it do not.
+TEST(Progress, TheFirstStepOfANewRoundHasALine) {
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&buffer, &size);
+  {
+    ConsoleProgress progress(out, false, 25);
+    for (int64_t s = 1; s <= 40; ++s) progress.OnStep(Report(s, s));
+    progress.OnRoundChanged();
+    for (int64_t s = 41; s <= 45; ++s) progress.OnStep(Report(s, s));
+  }
+  std::fclose(out);
+  std::string text(buffer, size);
+  std::free(buffer);
+  EXPECT_THAT(text, HasSubstr("step 41/100 "));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("step 42/100 ")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("step 40/100 ")));
+}
+
 }  // namespace
 }  // namespace cpptorchrun::worker
