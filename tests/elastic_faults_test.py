@@ -12,6 +12,10 @@
    the other trains alone. A node whose workers keep failing is kept out
    (quarantined) by the rendezvous after its third, and listed by status;
    the other, whose workers only lost their peer, trains on alone.
+   A job whose every attempt fails before the same step (train
+   --fail_at_step) gives up after --failures_without_progress failures in
+   a row with exit code 78, before --max_restarts runs out. Status shows a
+   node's latest hang while the job goes on.
 6. The rendezvous server is killed (SIGKILL) and started again on the same
    port during a 2-node job: training goes on without a restart, the agents
    re-register their round, and a worker failure after that still recovers
@@ -200,6 +204,27 @@ class FaultsTest(unittest.TestCase):
         self.assertIn("the rendezvous keeps this node out of run", b.text())
         b.proc.send_signal(signal.SIGTERM)
         self.assertEqual(b.wait(60), 128 + signal.SIGTERM, b.text()[-3000:])
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
+
+    def test_a_job_whose_failures_never_pass_its_best_step_exits_78(self):
+        # Every attempt fails before global step 40 (a batch that always
+        # breaks the job), resuming from a checkpoint before it: after
+        # --failures_without_progress (its default, 5) failures in a row
+        # that pass no step, the launcher gives up with 78 ("do not
+        # requeue"), long before --max_restarts runs out.
+        node = jobs.Node(self.cluster.hosts[1], self.work, "node", self.server.endpoint, "1:1",
+                         run_id=self.run_id, max_restarts=30,
+                         train_args=TRAIN + ["--fail_at_step", "40"])
+        self.assertEqual(node.wait(600), 78, node.text()[-4000:])
+        events = node.events()
+        gave_up = jobs.named(events, "no_progress")
+        self.assertEqual(len(gave_up), 1, events)
+        self.assertEqual(gave_up[0]["failures_in_a_row"], 5, gave_up)
+        self.assertEqual(gave_up[0]["exit_code"], 78, gave_up)
+        self.assertLess(gave_up[0]["best_step"], 40, gave_up)
+        restarts = jobs.named(events, "restart")
+        self.assertLess(len(restarts), 30, "it stopped before --max_restarts ran out")
+        self.assertIn("fault injection: global step 40 fails in every attempt", node.text())
         self.assertEqual(jobs.job_leftovers(self.run_id), [])
 
     def hang_in_status(self):

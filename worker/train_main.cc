@@ -593,6 +593,8 @@ void AddRunFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
   app.add_option("--fail_after_steps", flags.train.fail_after_steps,
                  "fault injection for tests: fail after N batches (first attempt only)")->group("");
+  app.add_option("--fail_at_step", flags.train.fail_at_step,
+                 "fault injection for tests: fail before global step N in every attempt")->group("");
   app.add_option("--die_in_state_transfer_at_restart", flags.train.die_in_state_transfer_at_restart,
                  "fault injection for tests: a new rank whose TORCHELASTIC_RESTART_COUNT is N kills itself "
                  "while receiving a survivor's state (in-place recovery)")

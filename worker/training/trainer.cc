@@ -558,6 +558,10 @@ absl::Status TrainingRun::RunEpoch() {
     const int64_t len = std::min(batch, local - b * batch);
     const BatchPlan plan = PlanBatch(b, batches, config_.grad_accum_steps);
     const AllReduceMode mode = ModeForOptimizerStep(config_.allreduce, pos_.opt_step);
+    if (config_.fail_at_step > 0 && pos_.global_step + 1 == config_.fail_at_step) {
+      return absl::AbortedError(
+          absl::StrCat("fault injection: global step ", config_.fail_at_step, " fails in every attempt"));
+    }
     if (!deps_.observers.empty()) {
       StepReport starting;
       starting.rank = comm_->rank();

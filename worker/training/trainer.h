@@ -54,6 +54,10 @@ struct TrainConfig {
   // Fault injection for tests: return Aborted after this many batches of
   // this run, as if killed (no further checkpoint). 0: off.
   int64_t fail_after_steps = 0;
+  // Fault injection for tests: return Aborted before training global step
+  // N, in every attempt (a batch that always breaks the job: no attempt
+  // ever passes it). 0: off.
+  int64_t fail_at_step = 0;
   // Fault injection for tests: a new rank of a round whose restart count
   // is this kills itself (SIGKILL) in the middle of receiving a survivor's
   // state (after the position, before the optimizer state and the
