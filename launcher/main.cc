@@ -646,6 +646,7 @@ int Launch(LaunchConfig c, const std::map<std::string, std::string>& env) {
   mo.node = o.node;
   mo.run_options = o.run_options;
   mo.keep_alive_interval = absl::Seconds(o.run_options.keep_alive_interval_s());
+  mo.straggler_window = o.stragglers.window;
   auto monitor = NewRoundMonitor(mo);
 
   WarmPool pool(processes->get(), WarmPoolOptionsFor(c, *plan, env, o, event_sink, (*run_dir)->private_dir()));

@@ -1,7 +1,9 @@
 """Stragglers: a worker whose CPU time is throttled (stopped two thirds of
 the time, in 150 ms cycles, as a CPU quota does) is reported by its
 launcher with its rank, its host and how much slower it computes, and the
-job goes on; an even job of the same size reports none."""
+job goes on; an even job of the same size reports none. With one worker on
+each of two hosts (its peers on another node, as the rendezvous tells its
+launcher), the throttled host's launcher reports it and the other none."""
 import os
 import random
 import unittest
@@ -14,7 +16,7 @@ TRAIN = ["--epochs", "1", "--progress", "none"]
 
 class StragglerTest(unittest.TestCase):
     def setUp(self):
-        self.cluster = harness.Cluster(2)
+        self.cluster = harness.Cluster(3)
         self.addCleanup(self.cluster.close)
         self.work = jobs.work_dir(self, "cpt-straggler-")
         self.server = jobs.RdzvServer(self.cluster.hosts[0], self.work)
@@ -56,6 +58,24 @@ class StragglerTest(unittest.TestCase):
         # Throttled, it is stopped at many looks but still steps: no hang.
         self.assertEqual(jobs.named(slow.events(), "hang_detected"), [], "a throttled worker is not hung")
         self.assertEqual(jobs.job_leftovers(self.run_id + "slow"), [])
+
+
+    def test_a_throttled_worker_is_found_against_the_other_nodes_ranks(self):
+        a = jobs.Node(self.cluster.hosts[1], self.work, "nodeA", self.server.endpoint, "2:2", nproc=1,
+                      run_id=self.run_id, train_args=TRAIN)
+        b = jobs.Node(self.cluster.hosts[2], self.work, "nodeB", self.server.endpoint, "2:2", nproc=1,
+                      run_id=self.run_id, train_args=TRAIN)
+        victim = harness.wait_for(b.worker_pids, 60, "node B's worker")[0]
+        reported = lambda: jobs.named(b.events_so_far(), "straggler_detected")
+        harness.throttle(victim, 120, stop=lambda: reported() or b.proc.poll() is not None)
+        self.assertEqual(b.wait(600), 0, b.text()[-3000:])
+        self.assertEqual(a.wait(600), 0, a.text()[-3000:])
+        found = jobs.named(b.events(), "straggler_detected")
+        self.assertEqual(len(found), 1, b.events())
+        self.assertEqual(found[0]["hosts"], [self.cluster.hosts[2].name], found)
+        self.assertGreaterEqual(found[0]["slowdown"], 1.5, found)
+        self.assertEqual(jobs.named(a.events(), "straggler_detected"), [], "node A's worker only waited")
+        self.assertEqual(jobs.job_leftovers(self.run_id), [])
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@ constexpr absl::Duration kMinExitCall = absl::Milliseconds(200);
 constexpr absl::Duration kRoundCheckBound = absl::Seconds(2);
 // How often a monitor that needs the job's collectives asks the rendezvous.
 constexpr absl::Duration kJobCollectivesEvery = absl::Seconds(1);
+// How often the other nodes' compute medians are asked for (stragglers
+// need a window of heartbeats anyway).
+constexpr absl::Duration kJobComputeEvery = absl::Seconds(5);
 
 }  // namespace
 
@@ -491,7 +494,10 @@ bool ElasticAgent::HandleStragglers(absl::Time now) {
   if (o_.progress == nullptr) return false;
   std::vector<int64_t> ranks;
   double slowdown = 0;
-  std::vector<Straggler> found = FindStragglers(o_.progress->ComputeWindows(), o_.stragglers);
+  // This node's ranks against each other and the other nodes' ranks.
+  if (o_.stragglers.factor > 0) RefreshJob(now, kJobComputeEvery);
+  std::vector<Straggler> found =
+      FindStragglers(o_.progress->ComputeWindows(), o_.stragglers, job_compute_elsewhere_);
   for (const Straggler& s : found) {
     if (s.local_rank >= static_cast<int>(workers_.size()) || workers_[s.local_rank].exited) continue;
     if (!stragglers_reported_.insert(s.local_rank).second) continue;
@@ -880,26 +886,35 @@ bool ElasticAgent::CallWithin(const std::function<void()>& fn, absl::Duration bo
   return false;
 }
 
+void ElasticAgent::RefreshJob(absl::Time now, absl::Duration every) {
+  if (group_world_size_ <= 1 || o_.rdzv == nullptr) return;
+  if (job_status_at_.has_value() && now - *job_status_at_ < every) return;
+  job_status_at_ = now;
+  auto status = std::make_shared<absl::StatusOr<rdzv::v1::RunStatusResponse>>(absl::UnknownError("no answer"));
+  rdzv::RendezvousClient* client = o_.rdzv;
+  const std::string run_id = o_.run_id;
+  if (!CallWithin([status, client, run_id] { *status = client->RunStatus(run_id); }, kRoundCheckBound) ||
+      !status->ok()) {
+    return;
+  }
+  int64_t remote = 0;
+  std::vector<double> compute;
+  for (const auto& node : (*status)->nodes()) {
+    const bool mine = node.participant().node_id() == o_.node.node_id();
+    for (const auto& r : node.progress()) {
+      remote = std::max(remote, r.collective_seq());
+      if (!mine && r.compute_median_s() > 0) compute.push_back(r.compute_median_s());
+    }
+  }
+  job_collectives_remote_ = remote;
+  job_compute_elsewhere_ = std::move(compute);
+}
+
 int64_t ElasticAgent::JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now) {
   int64_t job = 0;
   for (const WorkerView& v : views) job = std::max(job, v.watch.collective_seq);
-  if (group_world_size_ <= 1 || o_.rdzv == nullptr) return job;
-  // The other nodes' ranks, as their keep-alives last told the rendezvous;
-  // asked at most every kJobCollectivesEvery, within kRoundCheckBound.
-  if (!job_collectives_at_.has_value() || now - *job_collectives_at_ >= kJobCollectivesEvery) {
-    job_collectives_at_ = now;
-    auto status = std::make_shared<absl::StatusOr<rdzv::v1::RunStatusResponse>>(absl::UnknownError("no answer"));
-    rdzv::RendezvousClient* client = o_.rdzv;
-    const std::string run_id = o_.run_id;
-    if (CallWithin([status, client, run_id] { *status = client->RunStatus(run_id); }, kRoundCheckBound) &&
-        status->ok()) {
-      int64_t remote = 0;
-      for (const auto& node : (*status)->nodes()) {
-        for (const auto& r : node.progress()) remote = std::max(remote, r.collective_seq());
-      }
-      job_collectives_remote_ = remote;
-    }
-  }
+  // The other nodes' ranks, as their keep-alives last told the rendezvous.
+  RefreshJob(now, kJobCollectivesEvery);
   return std::max(job, job_collectives_remote_);
 }
 
@@ -1068,8 +1083,9 @@ void ElasticAgent::BeginRound(const rdzv::v1::Assignment& a) {
   stragglers_reported_.clear();
   group_world_size_ = a.group_world_size();
   round_ = a.round();
-  job_collectives_at_.reset();
+  job_status_at_.reset();
   job_collectives_remote_ = 0;
+  job_compute_elsewhere_.clear();
   next_start_prepared_ = false;
   Event("round_joined", {{"round", a.round()}, {"group_rank", int64_t{a.group_rank()}},
                          {"group_world_size", int64_t{a.group_world_size()}},

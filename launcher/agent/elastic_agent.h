@@ -363,6 +363,9 @@ class ElasticAgent {
   // this node's ranks (`views`), and with several nodes the others' from
   // the rendezvous (RunStatus, their keep-alives), asked at most every
   // second within kRoundCheckBound.
+  // Asks the rendezvous for the run's status unless it did less than
+  // `every` ago (within kRoundCheckBound; one node: never).
+  void RefreshJob(absl::Time now, absl::Duration every);
   int64_t JobCollectiveSeq(const std::vector<WorkerView>& views, absl::Time now);
   // What the hang rules see of each worker at `now`: its process state (and
   // since when it has been stopped), its heartbeats and steps.
@@ -395,8 +398,12 @@ class ElasticAgent {
   // The node's slots with a worker in the current (or next) round, in order;
   // all of 0..local_world_size-1 but while it runs short.
   std::vector<int> slots_;
-  std::optional<absl::Time> job_collectives_at_;  // when the rendezvous was last asked (JobCollectiveSeq)
-  int64_t job_collectives_remote_ = 0;            // what it said
+  // The run's status as the rendezvous last gave it (RefreshJob): when it
+  // was asked, the newest collective of the other nodes' ranks, and their
+  // compute medians (straggler_policy.h).
+  std::optional<absl::Time> job_status_at_;
+  int64_t job_collectives_remote_ = 0;
+  std::vector<double> job_compute_elsewhere_;
   // Helpers whose call outlived Interruptible's wait; joined by the destructor.
   std::vector<std::thread> unfinished_;
   // When the first stop signal (SIGTERM, SIGINT, ...) was seen; from then

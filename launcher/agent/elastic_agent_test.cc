@@ -1237,6 +1237,47 @@ TEST_F(AgentTest, AStragglerIsReportedOnceAndTheJobGoesOn) {
   EXPECT_THAT(printed_, Not(HasSubstr("straggler")));  // no failure summary: nothing failed
 }
 
+// Both local ranks compute 30 ms a batch; the other node's two ranks, as
+// the rendezvous tells it, 10 ms: this node's ranks are both stragglers (a
+// node whose every rank is slow), reported once with their slowdown.
+TEST_F(AgentTest, ANodeWhoseEveryRankIsSlowerThanTheOtherNodesIsReported) {
+  FakeRendezvousClient two_nodes(/*group_rank=*/0, /*group_world_size=*/2);
+  rdzv::v1::RunStatusResponse st;
+  rdzv::v1::NodeStatus* other = st.add_nodes();
+  other->mutable_participant()->set_node_id("the-other-node");
+  other->add_progress()->set_compute_median_s(0.010);
+  other->add_progress()->set_compute_median_s(0.010);
+  rdzv::v1::NodeStatus* me = st.add_nodes();
+  me->mutable_participant()->set_node_id(o_.node.node_id());
+  me->add_progress()->set_compute_median_s(0.030);  // this node's own: not a peer
+  two_nodes.SetRunStatusAnswers({st});
+  o_.rdzv = &two_nodes;
+  processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
+    for (int i = 1; i <= 30; ++i) {
+      p.CallAt(s.time + absl::Seconds(i), [this, s, i, lr] {
+        agent::v1::Heartbeat hb;
+        hb.set_rank(lr);
+        hb.set_local_rank(lr);
+        hb.set_pid(s.pid);
+        hb.set_step(30 * i);
+        hb.set_total_steps(100000);
+        hb.set_compute_s(0.030);
+        board_.Heartbeat(hb);
+      });
+    }
+    p.ExitAt(s.pid, s.time + absl::Seconds(31), ExitStatus::Exited(0));
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  std::map<std::string, EventValue> found = OnlyEvent(events_, "straggler_detected");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(found.at("ranks")), (std::vector<int64_t>{0, 1}));
+  EXPECT_DOUBLE_EQ(std::get<double>(found.at("slowdown")), 3.0);
+  EXPECT_GE(two_nodes.run_status_calls(), 1);
+  ASSERT_TRUE(board_.Faults().has_value());
+  EXPECT_EQ(board_.Faults()->last_straggler().ranks_size(), 2);
+}
+
 TEST_F(AgentTest, UnderReplaceAStragglerIsAFailedWorker) {
   o_.straggler_policy = StragglerPolicy::kReplace;
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/printable.h"
+#include "launcher/agent/straggler_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace cpptorchrun::launcher {
@@ -92,6 +93,9 @@ class GrpcRoundMonitor final : public RoundMonitor {
             p->set_loss(hb.loss());
             p->set_samples_per_s(hb.samples_per_s());
             p->set_collective_seq(hb.collective_seq());
+            if (std::optional<double> m = WindowMedian(r.compute, options_.straggler_window)) {
+              p->set_compute_median_s(*m);
+            }
             p->set_heartbeat_age_ms(r.last_heartbeat ? absl::ToInt64Milliseconds(now - *r.last_heartbeat) : -1);
           }
         }

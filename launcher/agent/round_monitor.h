@@ -47,6 +47,9 @@ struct RoundMonitorOptions {
   rdzv::v1::NodeInfo node;
   rdzv::v1::RunOptions run_options;
   absl::Duration keep_alive_interval = absl::Seconds(5);
+  // Each rank's compute median goes with its progress over this many of
+  // its heartbeats (--straggler_window; straggler_policy.h).
+  size_t straggler_window = 10;
 };
 
 // The gRPC-backed monitor: one thread per round. Joins the previous round's

@@ -29,16 +29,22 @@ void AddToWindow(std::deque<double>& window, double value, size_t size) {
   while (window.size() > size) window.pop_front();
 }
 
-std::vector<Straggler> FindStragglers(const std::map<int, std::deque<double>>& compute, const StragglerOptions& o) {
+std::optional<double> WindowMedian(const std::deque<double>& values, size_t window) {
+  if (window == 0 || values.size() < window) return std::nullopt;
+  return Median({values.end() - window, values.end()});
+}
+
+std::vector<Straggler> FindStragglers(const std::map<int, std::deque<double>>& compute, const StragglerOptions& o,
+                                      const std::vector<double>& elsewhere) {
   std::vector<Straggler> out;
   if (o.factor <= 0 || o.window == 0) return out;
   std::map<int, double> medians;
   for (const auto& [local_rank, window] : compute) {
-    if (window.size() >= o.window) medians[local_rank] = Median({window.end() - o.window, window.end()});
+    if (std::optional<double> m = WindowMedian(window, o.window)) medians[local_rank] = *m;
   }
-  if (medians.size() < 2) return out;
+  if (medians.size() + elsewhere.size() < 2) return out;
   for (const auto& [local_rank, median] : medians) {
-    std::vector<double> peers;
+    std::vector<double> peers = elsewhere;
     for (const auto& [other, m] : medians) {
       if (other != local_rank) peers.push_back(m);
     }

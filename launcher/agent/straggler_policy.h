@@ -7,13 +7,18 @@
 //
 // A rank is a straggler when, over a full window of its recent heartbeats,
 // the median of its compute time is at least `factor` x the median of its
-// peers' medians (the ranks this launcher watches). An even job never gets
-// there: its ranks' medians differ by noise, far below 1.5x.
+// peers' medians: the other ranks this launcher watches and every rank of
+// the other nodes (their keep-alives carry their medians to the
+// rendezvous), so that a node whose every rank is slow, or a job of one
+// rank per node, is seen too. Each launcher judges only its own ranks. An
+// even job never gets there: its ranks' medians differ by noise, far
+// below 1.5x.
 #ifndef CPPTORCHRUN_LAUNCHER_AGENT_STRAGGLER_POLICY_H_
 #define CPPTORCHRUN_LAUNCHER_AGENT_STRAGGLER_POLICY_H_
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,11 +42,15 @@ struct Straggler {
 // Keeps the newest `window` values.
 void AddToWindow(std::deque<double>& window, double value, size_t size);
 
-// The stragglers among `compute` (local rank -> its window, newest last).
+// The median of the newest `window` values; none when fewer.
+std::optional<double> WindowMedian(const std::deque<double>& values, size_t window);
+
+// The stragglers among `compute` (local rank -> its window, newest last),
+// against each other and the other nodes' ranks' medians (`elsewhere`).
 // Ranks with a window not yet full are neither judged nor peers; fewer than
-// two full windows: none.
+// two medians in all: none.
 std::vector<Straggler> FindStragglers(const std::map<int, std::deque<double>>& compute,
-                                      const StragglerOptions& options);
+                                      const StragglerOptions& options, const std::vector<double>& elsewhere = {});
 
 }  // namespace cpptorchrun::launcher
 

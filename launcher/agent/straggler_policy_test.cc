@@ -43,6 +43,23 @@ TEST(Stragglers, WindowsNotFullAreNotJudged) {
   EXPECT_TRUE(FindStragglers({{0, Window(0.010)}, {1, Window(0.05)}}, o).empty()) << "off";
 }
 
+// The other nodes' ranks are peers too: the one rank of a node whose peer
+// is on another node, and a node whose every rank is slow, are seen; a
+// node's ranks as fast as the others' are not accused.
+TEST(Stragglers, TheOtherNodesRanksArePeers) {
+  StragglerOptions o;
+  std::vector<Straggler> alone = FindStragglers({{0, Window(0.030)}}, o, {0.010});
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].local_rank, 0);
+  EXPECT_NEAR(alone[0].slowdown, 3.0, 1e-9);
+  std::vector<Straggler> whole = FindStragglers({{0, Window(0.030)}, {1, Window(0.031)}}, o, {0.010, 0.011, 0.010});
+  EXPECT_EQ(whole.size(), 2u) << "a node whose every rank is slow";
+  EXPECT_TRUE(FindStragglers({{0, Window(0.010)}}, o, {0.030}).empty()) << "the slow one is the other node's to say";
+  EXPECT_TRUE(FindStragglers({{0, Window(0.030, 9)}}, o, {0.010}).empty()) << "its window is not full";
+  EXPECT_EQ(WindowMedian(Window(0.01, 9), 10), std::nullopt);
+  EXPECT_EQ(WindowMedian({0.5, 0.01, 0.03, 0.02}, 3), 0.02);
+}
+
 TEST(Stragglers, TheWindowKeepsTheNewest) {
   std::deque<double> w;
   for (int i = 0; i < 15; ++i) AddToWindow(w, i, 10);

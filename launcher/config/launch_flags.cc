@@ -360,7 +360,8 @@ void AddRendezvousFlags(std::vector<FlagSpec>* t) {
                 IntInto(&LaunchConfig::failures_without_progress, 0, 1000000, "an integer >= 0")});
   t->push_back({"straggler_factor", "--straggler_factor,--straggler-factor", "CPPTORCHRUN_STRAGGLER_FACTOR",
                 "a worker whose compute time per batch (without its all-reduce wait) is this many times its "
-                "peers' on this node, over --straggler_window heartbeats, is a straggler; 0: off (default 1.5)",
+                "peers' (this node's and the other nodes' ranks), over --straggler_window heartbeats, is a straggler; "
+                "0: off (default 1.5)",
                 "1.5", false, "", ApplyStragglerFactor});
   t->push_back({"straggler_window", "--straggler_window,--straggler-window", "CPPTORCHRUN_STRAGGLER_WINDOW",
                 "heartbeats (a second each by default) a straggler must be slow over (default 10)", "10", false, "",
