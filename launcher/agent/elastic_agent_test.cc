@@ -1205,23 +1205,29 @@ TEST_F(AgentTest, AHealthCheckPastItsTimeoutIsKilledAndFails) {
   EXPECT_EQ(std::get<std::string>(failed.at("status")), "timed out after 5s");
 }
 
-// Both local ranks heartbeat every second for 30 s, stepping; local rank 1
-// computes 30 ms per batch, local rank 0 10 ms. Both exit 0 at 31 s.
-void OneSlowRank(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board) {
+// Each local rank heartbeats every second for 30 s, stepping, computing
+// `compute_s` per batch; it exits 0 at 31 s.
+void StepComputing(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board,
+                   double compute_s) {
   const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
   for (int i = 1; i <= 30; ++i) {
-    p.CallAt(s.time + absl::Seconds(i), [&board, s, i, lr] {
+    p.CallAt(s.time + absl::Seconds(i), [&board, s, i, lr, compute_s] {
       agent::v1::Heartbeat hb;
       hb.set_rank(lr);
       hb.set_local_rank(lr);
       hb.set_pid(s.pid);
       hb.set_step(30 * i);
       hb.set_total_steps(100000);
-      hb.set_compute_s(lr == 1 ? 0.030 : 0.010);
+      hb.set_compute_s(compute_s);
       board.Heartbeat(hb);
     });
   }
   p.ExitAt(s.pid, s.time + absl::Seconds(31), ExitStatus::Exited(0));
+}
+
+// Local rank 1 computes 30 ms per batch, local rank 0 10 ms.
+void OneSlowRank(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, ProgressBoard& board) {
+  StepComputing(p, s, board, std::stoi(s.spec.env.at("LOCAL_RANK")) == 1 ? 0.030 : 0.010);
 }
 
 TEST_F(AgentTest, AStragglerIsReportedOnceAndTheJobGoesOn) {
@@ -1253,20 +1259,7 @@ TEST_F(AgentTest, ANodeWhoseEveryRankIsSlowerThanTheOtherNodesIsReported) {
   two_nodes.SetRunStatusAnswers({st});
   o_.rdzv = &two_nodes;
   processes_.on_start = [this](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
-    const int lr = std::stoi(s.spec.env.at("LOCAL_RANK"));
-    for (int i = 1; i <= 30; ++i) {
-      p.CallAt(s.time + absl::Seconds(i), [this, s, i, lr] {
-        agent::v1::Heartbeat hb;
-        hb.set_rank(lr);
-        hb.set_local_rank(lr);
-        hb.set_pid(s.pid);
-        hb.set_step(30 * i);
-        hb.set_total_steps(100000);
-        hb.set_compute_s(0.030);
-        board_.Heartbeat(hb);
-      });
-    }
-    p.ExitAt(s.pid, s.time + absl::Seconds(31), ExitStatus::Exited(0));
+    StepComputing(p, s, board_, 0.030);
   };
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 0);
