@@ -175,6 +175,10 @@ absl::StatusOr<BackendKind> BackendFor(const Flags& flags, const WorkerEnv& env)
 // launcher's next round, opens its store and communicator, and moves this
 // worker's identity (environment, heartbeats, error reports, sample log)
 // to it. Everything is borrowed from Run.
+// How many rounds one in-place recovery tries to join when each ends while
+// its communicator forms.
+constexpr int kRoundsInARecovery = 8;
+
 struct NextRound {
   const Flags& flags;
   WorkerEnv& env;
@@ -196,26 +200,44 @@ struct NextRound {
     watcher.TakeChange();
     current.Abort(std::string(failure.message()));
     heartbeat.OnRecovering(std::string(failure.message()), env.rdzv_round);
-    absl::StatusOr<std::map<std::string, std::string>> assigned =
-        watcher.AwaitAssignment(env.rdzv_round, kNextRoundWait);
+    // A round can end while its communicator forms (a spare became ready,
+    // a peer was lost again): the next one is joined, a bounded number of
+    // times, instead of failing the worker.
+    int64_t after = env.rdzv_round;
+    for (int tries = 1;; ++tries) {
+      int64_t joining = -1;
+      absl::StatusOr<Communicator*> joined = Join(after, &joining);
+      if (joined.ok() || joining < 0 || tries >= kRoundsInARecovery || !watcher.Superseded(joining)) return joined;
+      std::fprintf(stderr, "train[rank %d]: round %lld ended while its communicator formed (%s); joining the next\n",
+                   env.rank, static_cast<long long>(joining), std::string(joined.status().message()).c_str());
+      after = joining;
+    }
+  }
+
+  // Joins the first round after `after` the launcher assigns: its
+  // communicator, then this worker's rank in it. *round: the round tried
+  // (-1: none was assigned).
+  absl::StatusOr<Communicator*> Join(int64_t after, int64_t* round) const {
+    absl::StatusOr<std::map<std::string, std::string>> assigned = watcher.AwaitAssignment(after, kNextRoundWait);
     if (!assigned.ok()) return assigned.status();
     absl::StatusOr<WorkerEnv> next = ParseWorkerEnv([&assigned](const char* name) -> const char* {
       auto it = assigned->find(name);
       return it == assigned->end() ? nullptr : it->second.c_str();
     });
     if (!next.ok()) return next.status();
+    *round = next->rdzv_round;
     absl::StatusOr<BackendKind> kind = BackendFor(flags, *next);
     if (!kind.ok()) return kind.status();
-    RoundComm round;
-    absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*next, &round.client);
+    RoundComm joined;
+    absl::StatusOr<std::unique_ptr<rdzv::Store>> store = OpenStore(*next, &joined.client);
     if (!store.ok()) return store.status();
-    round.store = *std::move(store);
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *next, *kind, round.store.get(), device);
+    joined.store = *std::move(store);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = OpenCommunicator(flags, *next, *kind, joined.store.get(), device);
     if (!comm.ok()) return comm.status();
-    round.comm = *std::move(comm);
+    joined.comm = *std::move(comm);
     recorder.Reset();
-    round.recorded = NewFlightRecordedCommunicator(round.comm.get(), &recorder);
-    current.Set(round.comm.get());
+    joined.recorded = NewFlightRecordedCommunicator(joined.comm.get(), &recorder);
+    current.Set(joined.comm.get());
     env = *std::move(next);
     reporting.rank = env.rank;
     heartbeat.OnRejoined(env.rank);
@@ -224,8 +246,8 @@ struct NextRound {
       if (absl::Status s = sample_log->NextRound(env.rdzv_round, env.rank, env.world_size); !s.ok()) return s;
     }
     std::fprintf(stderr, "train[rank %d]: round %lld: rank %d of %d, backend %s\n", env.rank,
-                 static_cast<long long>(env.rdzv_round), env.rank, env.world_size, round.comm->backend().c_str());
-    rounds.push_back(std::move(round));
+                 static_cast<long long>(env.rdzv_round), env.rank, env.world_size, joined.comm->backend().c_str());
+    rounds.push_back(std::move(joined));
     return rounds.back().recorded.get();
   }
 };

@@ -108,6 +108,13 @@ void RoundWatcher::TakeChange() {
   boundary_since_.reset();
 }
 
+bool RoundWatcher::Superseded(int64_t round) const {
+  absl::MutexLock lock(&mu_);
+  // The newest notice: a newer round's assignment, or any notice but an
+  // assignment (CHANGING, STOP: they came after the last one).
+  return latest_.state() != agent_pb::RoundUpdate::ASSIGNED || latest_round_ > round;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> RoundWatcher::AwaitAssignment(int64_t after_round,
                                                                                  absl::Duration timeout) {
   absl::MutexLock lock(&mu_);

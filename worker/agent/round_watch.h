@@ -64,6 +64,9 @@ class RoundWatcher {
   // joins): the worker should leave `current_round` at its next step
   // boundary. True from such a CHANGING (or a newer round's ASSIGNED) on.
   bool ChangeAtBoundary(int64_t current_round) const;
+  // Whether `round` is over as far as the launcher said: a newer round was
+  // assigned, or a change (CHANGING) or a stop was announced after it was.
+  bool Superseded(int64_t round) const;
   // The training thread leaves its round (at a boundary, or because a
   // collective failed): a pending change is no longer escalated, so that
   // the next round's communicator is never aborted for it.

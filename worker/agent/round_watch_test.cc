@@ -117,6 +117,24 @@ bool Eventually(const std::function<bool()>& done) {
   return true;
 }
 
+// A round is superseded once a newer round is assigned, or a change or a
+// stop is announced after its assignment (a round that ends while its
+// communicator forms is left for the next one).
+TEST(RoundWatcher, ARoundIsSupersededByANewerAssignmentOrAChange) {
+  ScriptedAgent agent;
+  RoundWatchOptions options;
+  RoundWatcher watcher(&agent, options, [](const std::string&) {});
+  agent.Push(Update(1, agent_pb::RoundUpdate::ASSIGNED, 4));
+  ASSERT_TRUE(watcher.AwaitAssignment(3, absl::Seconds(30)).ok());
+  EXPECT_FALSE(watcher.Superseded(4));
+  EXPECT_TRUE(watcher.Superseded(3));
+  agent.Push(AtBoundary(2));
+  EXPECT_TRUE(Eventually([&] { return watcher.Superseded(4); }));
+  agent.Push(Update(3, agent_pb::RoundUpdate::ASSIGNED, 5));
+  ASSERT_TRUE(watcher.AwaitAssignment(4, absl::Seconds(30)).ok());
+  EXPECT_FALSE(watcher.Superseded(5));
+}
+
 // A change at a step boundary aborts nothing: the training thread sees it
 // (ChangeAtBoundary) and takes it; nothing is aborted later either.
 TEST(RoundWatcher, AChangeAtAStepBoundaryWaitsForTheTrainingThread) {
