@@ -402,6 +402,7 @@ AgentOptions AgentOptionsFor(const LaunchConfig& c, const LocalPlan& plan, const
   o.stragglers.window = static_cast<size_t>(c.straggler_window);
   ParseStragglerPolicy(c.straggler_policy, &o.straggler_policy);
   o.in_place = c.recovery == "in_place";
+  o.python_stacks = ModeOf(c) != ProgramMode::kExecutable;
   o.health_check.command = c.health_check;
   o.health_check.timeout = c.health_check_timeout;
   o.health_check.give_up_after = c.health_check_give_up;

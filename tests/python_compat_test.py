@@ -6,6 +6,7 @@ failure summary."""
 import glob
 import json
 import os
+import re
 import subprocess
 import unittest
 
@@ -81,21 +82,36 @@ class PythonCompatTest(unittest.TestCase):
         # No --worker_timeout: the launcher's default rule for a script that
         # sends no heartbeats (stopped at every look, using no CPU time
         # between looks, for 2 s is a hang).
+        self.check_stopped_worker([])
+
+    def test_a_stopped_worker_of_a_forkserver_is_found_with_its_stack(self):
+        self.check_stopped_worker(["--start_method", "forkserver"])
+
+    def check_stopped_worker(self, flags):
         out = jobs.work_dir(self, "cpt-stopped-")
         logs = os.path.join(out, "logs")
+        script = os.path.abspath("tests/scripts/stop_self.py")
         r = subprocess.run([harness.binary("launcher/cpptorchrun"), "--nproc_per_node=2", "--max_restarts=1",
-                            "--log_dir", logs, os.path.abspath("tests/scripts/stop_self.py"), out],
+                            "--log_dir", logs] + flags + [script, out],
                            capture_output=True, text=True, env=dict(os.environ, PYTHON_EXEC=PY), timeout=600)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         done = sorted(n for n in os.listdir(out) if n.startswith("done."))
         self.assertEqual(done, ["done.0.1", "done.1.1"])
-        hang = jobs.named(jobs.events_in(logs), "hang_detected")
+        events = jobs.events_in(logs)
+        hang = jobs.named(events, "hang_detected")
         self.assertEqual(len(hang), 1, hang)
         self.assertEqual((hang[0]["culprit_ranks"], hang[0]["waiting_ranks"]), ([1], []), hang)
         self.assertGreaterEqual(hang[0]["waited_s"], 2.0, hang)
         self.assertEqual(hang[0]["deadline_s"], 2.0, hang)
         self.assertIn("rank 1: stopped (T)", hang[0]["process_states"])
         self.assertIn("its process has been stopped (T) for", r.stderr)
+        # Its stack, taken before it was killed (faulthandler, SIGABRT): where
+        # it stopped, in the event and on its console lines.
+        stacks = jobs.named(events, "worker_stack")
+        self.assertEqual([s["rank"] for s in stacks], [1], stacks)
+        self.assertRegex(stacks[0]["stack"], r'File "%s", line \d+ in stop_here' % re.escape(script))
+        self.assertTrue(stacks[0]["stack"].startswith("Fatal Python error: Aborted"), stacks[0])
+        self.assertIn("[default1]:Fatal Python error: Aborted", r.stderr)
 
 
 # What PyTorch's own test_launch_elastic (test/distributed/launcher/test_run.py)

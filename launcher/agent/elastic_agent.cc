@@ -22,6 +22,7 @@
 #include "base/signals.h"
 #include "launcher/agent/restart_policy.h"
 #include "launcher/workers/error_file.h"
+#include "launcher/workers/python_stack.h"
 #include "launcher/workers/worker_env.h"
 #include "spdlog/spdlog.h"
 
@@ -40,6 +41,9 @@ std::string ThisHostname() {
 
 // Waits for SIGKILLed processes to be reaped at most this long.
 constexpr absl::Duration kKillWait = absl::Seconds(10);
+// A hung Python worker sent SIGABRT has this long to write its stack and end
+// (a process the kernel holds never does: then it is killed without).
+constexpr absl::Duration kStackWait = absl::Seconds(2);
 // Output still held by a grandchild after the group is gone is dropped after this.
 constexpr absl::Duration kDrainWait = absl::Seconds(2);
 // A job may re-rendezvous this often at most (membership changes included).
@@ -165,6 +169,7 @@ WorkerEnvInputs ElasticAgent::EnvInputs(const rdzv::v1::Assignment& a, int slot,
   in.fake_gpus = o_.fake_gpus;
   in.virtual_local_rank = o_.virtual_local_rank;
   in.in_place = o_.in_place && o_.notices != nullptr;
+  in.python_faulthandler = o_.python_stacks;
   return in;
 }
 
@@ -206,6 +211,9 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
   spec.slot = w->local_rank;
   spec.stdout_sink = Sink(w->local_rank, w->rank, kStdOut, attempt_dir);
   spec.stderr_sink = Sink(w->local_rank, w->rank, kStdErr, attempt_dir);
+  w->dumps_stack = o_.python_stacks && FaultHandlerOn(spec.env);
+  w->stderr_tail = w->dumps_stack ? std::make_shared<StreamTail>() : nullptr;
+  spec.stderr_sink.tail = w->stderr_tail;
   const size_t lr = static_cast<size_t>(w->local_rank);
   if (lr < o_.worker_cpus.size()) spec.cpus = o_.worker_cpus[lr];
   if (lr < o_.worker_memory_node.size()) spec.memory_node = o_.worker_memory_node[lr];
@@ -482,6 +490,7 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     report.set_process_states(process_states);
     o_.progress->SetLastHang(report);
   }
+  TakeStacks(check.hung);
   for (int lr : check.hung) {
     Worker& w = workers_[lr];
     Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
@@ -667,17 +676,54 @@ std::optional<ElasticAgent::MonitorResult> ElasticAgent::TakeProcessEvents(absl:
   return std::nullopt;
 }
 
-void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) {
+void ElasticAgent::TakeStacks(const std::vector<int>& local_ranks) {
+  std::vector<int> asked;
+  for (int lr : local_ranks) {
+    Worker& w = workers_[lr];
+    if (!w.dumps_stack || w.exited || w.pid <= 0) continue;
+    // A stopped process runs its handler only once continued.
+    o_.processes->Signal(w.pid, SIGCONT);
+    o_.processes->Signal(w.pid, SIGABRT);
+    asked.push_back(lr);
+  }
+  if (asked.empty()) return;
+  auto is_asked = [&asked](const Worker& w) {
+    return std::find(asked.begin(), asked.end(), w.local_rank) != asked.end();
+  };
+  AwaitExits(is_asked, o_.clock->Now() + kStackWait);
+  const absl::Time output_deadline = absl::Now() + kStackWait;
+  for (int lr : asked) {
+    Worker& w = workers_[lr];
+    // Its stack is whole once its stderr has ended (a child of its may
+    // hold the pipe: then what is there by the deadline).
+    if (w.exited) w.stderr_tail->WaitClosed(output_deadline);
+    std::optional<std::string> stack = PythonStackFromOutput(w.stderr_tail->Text());
+    if (!stack.has_value()) {
+      spdlog::warn("worker rank {} (local rank {}, pid {}) wrote no Python stack within {} of SIGABRT ({})", w.rank,
+                   lr, w.pid, absl::FormatDuration(kStackWait),
+                   w.exited ? std::string("it ended") : o_.processes->State(w.pid));
+      continue;
+    }
+    if (w.failure.has_value()) w.failure->traceback = *stack;
+    Event("worker_stack", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{lr}}, {"pid", int64_t{w.pid}},
+                           {"host", hostname_}, {"stack", *stack}});
+  }
+}
+
+void ElasticAgent::AwaitExits(const std::function<bool(const Worker&)>& which, absl::Time deadline) {
   auto live = [this, &which] {
     return std::any_of(workers_.begin(), workers_.end(),
                        [&which](const Worker& w) { return !w.exited && w.pid > 0 && which(w); });
   };
-  const absl::Time kill_deadline = o_.clock->Now() + kKillWait;
-  while (live() && o_.clock->Now() < kill_deadline) {
-    for (const ProcessEvent& e : o_.processes->Wait(kill_deadline)) {
+  while (live() && o_.clock->Now() < deadline) {
+    for (const ProcessEvent& e : o_.processes->Wait(deadline)) {
       if (e.kind == ProcessEvent::Kind::kExited) RecordExit(e.pid, e.status);
     }
   }
+}
+
+void ElasticAgent::AwaitKilled(const std::function<bool(const Worker&)>& which) {
+  AwaitExits(which, o_.clock->Now() + kKillWait);
   // What SIGKILL did not end, the kernel holds (uninterruptible sleep: a
   // driver, a hung file system): no signal ends it before the kernel lets
   // go. Waiting on would wedge the launcher and the job with it, so it goes

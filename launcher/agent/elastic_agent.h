@@ -125,6 +125,10 @@ struct AgentOptions {
   // the whole group restarts (torchrun's way).
   bool in_place = false;
   RoundNotices* notices = nullptr;
+  // The workers are Python (a .py script, -m, --run_path): their
+  // faulthandler is turned on in their environment (worker_env.h) and a
+  // hung one writes its stack before it is killed (TakeStacks).
+  bool python_stacks = false;
   // Blocking rendezvous calls (Join, the exit barrier) run on a helper
   // thread; for this long the agent just waits for them, after that it also
   // answers signals while waiting.
@@ -175,6 +179,10 @@ class ElasticAgent {
     ExitStatus status;
     std::string error_file;
     std::optional<FailureRecord> failure;
+    // --python_stacks: the end of its stderr, and whether its faulthandler
+    // is on (its environment), so SIGABRT makes it write its stack.
+    std::shared_ptr<StreamTail> stderr_tail;
+    bool dumps_stack = false;
   };
   enum class Outcome { kSucceeded, kFailed, kMembership, kRunClosed, kSignal };
   struct MonitorResult {
@@ -237,6 +245,13 @@ class ElasticAgent {
   // have exited; the ones the kernel still holds are gone on without
   // (worker_unkillable).
   void AwaitKilled(const std::function<bool(const Worker&)>& which);
+  // Waits until the workers `which` selects have exited or `deadline`.
+  void AwaitExits(const std::function<bool(const Worker&)>& which, absl::Time deadline);
+  // Before hung Python workers are killed: each whose faulthandler is on is
+  // sent SIGCONT and SIGABRT, and its stack, read from the end of its
+  // stderr within kStackWait, goes into its failure's traceback and a
+  // worker_stack event (launcher/workers/python_stack.h).
+  void TakeStacks(const std::vector<int>& local_ranks);
   // In-place recovery: whether the group can keep its survivors through
   // this round change (nullopt: yes; else why not, for the events).
   std::optional<std::string> WhyNotInPlace() const;

@@ -886,6 +886,25 @@ TEST_F(AgentTest, ByDefaultARankWhoseHeartbeatsStopIsTheCulpritAfterTheFloor) {
 }
 
 // Local rank 1's process is stopped (a fake /proc says T) `after` its start.
+// The first group steps until 20 s and stalls, local rank 1 held by the
+// kernel (uninterruptible sleep: no signal ends it); the next group
+// finishes after 1 s. Counts the groups and says when the second started.
+std::function<void(FakeProcessLauncher&, const FakeProcessLauncher::Started&)> StallInDStateThenFinish(
+    ProgressBoard* board, int* starts, absl::Time* second_group) {
+  return [board, starts, second_group](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 0) ++*starts;
+    if (*starts == 1) {
+      StepThenStall(p, s, *board, 20);
+      if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 1) {
+        p.Unkillable(s.pid, "uninterruptible sleep (D) in nfs_wait_on_request");
+      }
+      return;
+    }
+    *second_group = s.time;
+    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
+  };
+}
+
 void StopRank1After(FakeProcessLauncher& p, const FakeProcessLauncher::Started& s, absl::Duration after) {
   if (std::stoi(s.spec.env.at("LOCAL_RANK")) != 1) return;
   FakeProcessLauncher* launcher = &p;
@@ -911,6 +930,77 @@ TEST_F(AgentTest, AStoppedWorkerWithoutHeartbeatsIsHungAfterTheStoppedFloor) {
   EXPECT_EQ(std::get<std::vector<int64_t>>(hang.at("culprit_ranks")), std::vector<int64_t>{1});
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("deadline_s")), 2.0);
   EXPECT_DOUBLE_EQ(std::get<double>(hang.at("waited_s")), 2.0);
+}
+
+// The same for a Python worker: its faulthandler is turned on in its
+// environment, and before it is killed it is continued and sent SIGABRT,
+// writes its stack to stderr and dies; the stack is in its failure's
+// traceback and a worker_stack event. Its peer (not hung) is not asked.
+TEST_F(AgentTest, AHungPythonWorkerWritesItsStackBeforeItIsKilled) {
+  o_.hang = HangOptions();
+  o_.python_stacks = true;
+  o_.program_argv = {"/usr/bin/python3", "-u", "/job/train.py"};
+  processes_.on_start = [](FakeProcessLauncher& p, const FakeProcessLauncher::Started& s) {
+    StopRank1After(p, s, absl::Seconds(5));
+  };
+  processes_.on_signal = [this](FakeProcessLauncher&, pid_t pid, int signo) {
+    if (signo != SIGABRT) return;
+    for (const FakeProcessLauncher::Started& s : processes_.started()) {
+      if (s.pid == pid) {
+        s.spec.stderr_sink.tail->Append(
+            "step 9\nFatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
+            "  File \"/job/train.py\", line 12 in wait_here\n\nExtension modules: torch._C (total: 1)\n");
+      }
+    }
+  };
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  for (const FakeProcessLauncher::Started& s : processes_.started()) {
+    EXPECT_EQ(s.spec.env.at("PYTHONFAULTHANDLER"), "1");
+  }
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].rank, 1);
+  const std::string stack =
+      "Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
+      "  File \"/job/train.py\", line 12 in wait_here";
+  EXPECT_EQ(r.failures[0].traceback, stack);
+  std::map<std::string, EventValue> taken = OnlyEvent(events_, "worker_stack");
+  EXPECT_EQ(std::get<int64_t>(taken.at("rank")), 1);
+  EXPECT_EQ(std::get<std::string>(taken.at("stack")), stack);
+  // SIGCONT, then SIGABRT, to rank 1's process alone, before its group's SIGKILL.
+  const pid_t hung = r.failures[0].pid;
+  std::vector<int> to_hung;
+  for (const auto& [pid, signo] : processes_.signals_sent()) {
+    if (pid == hung) to_hung.push_back(signo);
+    EXPECT_TRUE(pid == hung || signo != SIGABRT) << "pid " << pid << " was sent SIGABRT";
+  }
+  ASSERT_GE(to_hung.size(), 3u);
+  EXPECT_EQ(std::vector<int>(to_hung.begin(), to_hung.begin() + 3), (std::vector<int>{SIGCONT, SIGABRT, SIGKILL}));
+}
+
+// A hung Python worker the kernel holds (uninterruptible sleep) never
+// answers SIGABRT: the agent waits the stack's bound (2 s), kills it
+// without its stack, and does not wedge: the next group finishes the job.
+TEST_F(AgentTest, AHungPythonWorkerThatCannotAnswerIsKilledWithoutItsStack) {
+  o_.hang = HangOptions();
+  o_.max_restarts = 1;
+  o_.python_stacks = true;
+  o_.program_argv = {"/usr/bin/python3", "-u", "/job/train.py"};
+  int starts = 0;
+  absl::Time second_group;
+  processes_.on_start = StallInDStateThenFinish(&board_, &starts, &second_group);
+  const absl::Time t0 = clock_.Now();
+  AgentResult r = Run();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(starts, 2);
+  EXPECT_EQ(std::get<std::vector<int64_t>>(OnlyEvent(events_, "hang_detected").at("culprit_ranks")),
+            std::vector<int64_t>{1});
+  for (const auto& [name, fields] : events_.events()) EXPECT_NE(name, "worker_stack");
+  EXPECT_EQ(std::get<int64_t>(OnlyEvent(events_, "worker_unkillable").at("rank")), 1);
+  // Hung at 30 s; then at most the stack's bound (2 s), the shutdown grace
+  // (30 s) and the kill wait (10 s) before the next group.
+  EXPECT_GT(second_group, t0 + absl::Seconds(30));
+  EXPECT_LE(second_group, t0 + absl::Seconds(30 + 2 + 30 + 10 + 1));
 }
 
 // A throttled worker without heartbeats (a CPU quota by SIGSTOP and
@@ -1074,19 +1164,7 @@ TEST_F(AgentTest, AWorkerInUninterruptibleSleepDoesNotWedgeTheAgent) {
   o_.max_restarts = 1;
   int starts = 0;
   absl::Time second_group;
-  processes_.on_start = [this, &starts, &second_group](FakeProcessLauncher& p,
-                                                       const FakeProcessLauncher::Started& s) {
-    if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 0) ++starts;
-    if (starts == 1) {
-      StepThenStall(p, s, board_, 20);
-      if (std::stoi(s.spec.env.at("LOCAL_RANK")) == 1) {
-        p.Unkillable(s.pid, "uninterruptible sleep (D) in nfs_wait_on_request");
-      }
-      return;
-    }
-    second_group = s.time;
-    p.ExitAt(s.pid, s.time + absl::Seconds(1), ExitStatus::Exited(0));
-  };
+  processes_.on_start = StallInDStateThenFinish(&board_, &starts, &second_group);
   const absl::Time t0 = clock_.Now();
   AgentResult r = Run();
   EXPECT_EQ(r.exit_code, 0);

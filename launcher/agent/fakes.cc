@@ -44,6 +44,10 @@ absl::StatusOr<pid_t> FakeProcessLauncher::Start(const ProcessSpec& spec) {
 
 void FakeProcessLauncher::ExitLocked(pid_t pid, ExitStatus status, std::vector<ProcessEvent>* out) {
   if (alive_.erase(pid) == 0) return;
+  // Its output ends with it (no children hold its pipes here).
+  for (const Started& s : started_) {
+    if (s.pid == pid && s.spec.stderr_sink.tail != nullptr) s.spec.stderr_sink.tail->Close();
+  }
   ProcessEvent e;
   e.kind = ProcessEvent::Kind::kExited;
   e.pid = pid;
@@ -57,6 +61,21 @@ void FakeProcessLauncher::SignalGroup(pid_t pid, int signo) {
   if (alive_.count(pid) == 0 || unkillable_.count(pid) != 0) return;
   if (signo == SIGKILL || (signo == SIGTERM && ignore_term_.count(pid) == 0) || signo == SIGINT ||
       signo == SIGHUP || signo == SIGQUIT) {
+    ExitLocked(pid, ExitStatus::Killed(signo), &ready_);
+  }
+}
+
+void FakeProcessLauncher::Signal(pid_t pid, int signo) {
+  std::function<void(FakeProcessLauncher&, pid_t, int)> hook;
+  {
+    absl::MutexLock lock(&mu_);
+    signals_.push_back({pid, signo});
+    if (alive_.count(pid) == 0 || unkillable_.count(pid) != 0) return;
+    hook = on_signal;
+  }
+  if (hook) hook(*this, pid, signo);
+  absl::MutexLock lock(&mu_);
+  if (signo == SIGKILL || signo == SIGABRT || (signo == SIGTERM && ignore_term_.count(pid) == 0)) {
     ExitLocked(pid, ExitStatus::Killed(signo), &ready_);
   }
 }

@@ -41,6 +41,10 @@ class FakeProcessLauncher final : public ProcessLauncher {
 
   absl::StatusOr<pid_t> Start(const ProcessSpec& spec) override;
   void SignalGroup(pid_t pid, int signo) override;
+  // The process alone: SIGKILL, SIGABRT and SIGTERM (unless ignored) end
+  // it, after `on_signal` (under no lock: what it writes as it dies).
+  void Signal(pid_t pid, int signo) override;
+  std::function<void(FakeProcessLauncher&, pid_t, int)> on_signal;
   std::vector<ProcessEvent> Wait(absl::Time deadline) override;
   void Wakeup() override;
   void DrainOutput(absl::Time) override {}
@@ -74,6 +78,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
   std::optional<int64_t> CpuTicks(pid_t pid) override;
 
   std::vector<Started> started() const;
+  // Group signals and process signals alike, in order.
   std::vector<std::pair<pid_t, int>> signals_sent() const;
   std::set<pid_t> alive() const;
 

@@ -20,6 +20,7 @@ folder); it is not part of any user's program. Written against the format
 in base/become.h: a change there is a change here.
 """
 import ctypes
+import faulthandler
 import importlib
 import importlib.machinery
 import os
@@ -142,6 +143,12 @@ def become(sock, req, fds, libc):
         os.close(fd)
     os.environ.clear()
     os.environ.update(req["env"])
+    # What a fresh interpreter reads from its environment at start-up: the
+    # faulthandler (the launcher takes a hung worker's stack with SIGABRT).
+    # (reset_signals above undid the handlers of one enabled before).
+    faulthandler.disable()
+    if os.environ.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
     os.chdir(req["cwd"])
     if req["cpus"]:
         os.sched_setaffinity(0, req["cpus"])

@@ -98,6 +98,7 @@ class WarmPool final : public ProcessLauncher {
 
   absl::StatusOr<pid_t> Start(const ProcessSpec& spec) override;
   void SignalGroup(pid_t pid, int signo) override { inner_->SignalGroup(pid, signo); }
+  void Signal(pid_t pid, int signo) override { inner_->Signal(pid, signo); }
   void SignalGroupStopNow(pid_t pid, int signo) override { inner_->SignalGroupStopNow(pid, signo); }
   std::vector<ProcessEvent> Wait(absl::Time deadline) override;
   void Wakeup() override { inner_->Wakeup(); }

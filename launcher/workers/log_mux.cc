@@ -155,26 +155,53 @@ LogMux::~LogMux() {
   close(wake_fd_);
 }
 
+void StreamTail::Append(absl::string_view data) {
+  absl::MutexLock lock(&mu_);
+  if (data.size() >= kMaxBytes) {
+    text_.assign(data.data() + data.size() - kMaxBytes, kMaxBytes);
+    return;
+  }
+  if (text_.size() + data.size() > kMaxBytes) text_.erase(0, text_.size() + data.size() - kMaxBytes);
+  text_.append(data.data(), data.size());
+}
+
+void StreamTail::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+bool StreamTail::WaitClosed(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(absl::Condition(&closed_), deadline);
+}
+
+std::string StreamTail::Text() {
+  absl::MutexLock lock(&mu_);
+  return text_;
+}
+
 absl::Status LogMux::Add(int fd, StreamSink sink) {
   Stream s;
   s.fd = fd;
   s.sink = std::move(sink);
+  // A stream that is not read ends here: nobody waits for its tail.
+  auto fail = [&s, fd](absl::Status why) {
+    close(fd);
+    if (s.file_fd >= 0) close(s.file_fd);
+    if (s.sink.tail != nullptr) s.sink.tail->Close();
+    return why;
+  };
   if (!s.sink.file_path.empty()) {
     s.file_fd = open(s.sink.file_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (s.file_fd < 0) {
-      int err = errno;
-      close(fd);
-      return absl::InternalError(absl::StrCat("cannot create log file ", s.sink.file_path, ": ", strerror(err)));
+      return fail(absl::InternalError(absl::StrCat("cannot create log file ", s.sink.file_path, ": ", strerror(errno))));
     }
   }
   if (!s.sink.duplicate_path.empty() && !s.sink.duplicate_filters.empty()) {
     s.duplicate_fd = open(s.sink.duplicate_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (s.duplicate_fd < 0) {
-      int err = errno;
-      close(fd);
-      if (s.file_fd >= 0) close(s.file_fd);
-      return absl::InternalError(
-          absl::StrCat("cannot create log file ", s.sink.duplicate_path, ": ", strerror(err)));
+      return fail(
+          absl::InternalError(absl::StrCat("cannot create log file ", s.sink.duplicate_path, ": ", strerror(errno))));
     }
   }
   {
@@ -211,6 +238,7 @@ void LogMux::Finish(Stream& s) {
     WriteAll(s.sink.console_fd, out);
   }
   Duplicate(s, "", /*flush=*/true);
+  if (s.sink.tail != nullptr) s.sink.tail->Close();
   if (s.fd >= 0) close(s.fd);
   if (s.file_fd >= 0) close(s.file_fd);
   if (s.duplicate_fd >= 0) close(s.duplicate_fd);
@@ -263,6 +291,7 @@ void LogMux::Loop() {
       }
       absl::string_view data(buf.data(), static_cast<size_t>(n));
       if (s.file_fd >= 0) WriteAll(s.file_fd, data);
+      if (s.sink.tail != nullptr) s.sink.tail->Append(data);
       Duplicate(s, data, /*flush=*/false);
       if (s.sink.console_fd >= 0) {
         out.clear();

@@ -5,6 +5,7 @@
 #ifndef CPPTORCHRUN_LAUNCHER_LOG_MUX_H_
 #define CPPTORCHRUN_LAUNCHER_LOG_MUX_H_
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,27 @@
 
 namespace cpptorchrun::launcher {
 
+// The last bytes of one stream, kept for the agent (a hung Python worker's
+// stack, which its faulthandler writes to stderr before it dies). Written
+// by the log mux's thread, read by the agent's; thread-safe.
+class StreamTail {
+ public:
+  static constexpr size_t kMaxBytes = 64 * 1024;
+
+  // Appends `data`, keeping the last kMaxBytes.
+  void Append(absl::string_view data);
+  // The stream reached its end (every writer closed it).
+  void Close();
+  // Waits until Close or `deadline`; true when closed.
+  bool WaitClosed(absl::Time deadline);
+  std::string Text();
+
+ private:
+  absl::Mutex mu_;
+  std::string text_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // Where one worker stream goes.
 struct StreamSink {
   std::string prefix;      // console line prefix, e.g. "[default0]:"
@@ -28,6 +50,8 @@ struct StreamSink {
   // appending). Empty filters or path: none.
   std::vector<std::string> duplicate_filters;
   std::string duplicate_path;
+  // Also keeps the stream's last bytes here; null: not kept.
+  std::shared_ptr<StreamTail> tail;
 };
 
 // The mutex that every whole-line console writer holds (the log mux and the

@@ -147,6 +147,45 @@ TEST(LogMux, TwoWritersNeverShareALine) {
   EXPECT_EQ(file.find("[r0]"), std::string::npos);
 }
 
+TEST(StreamTail, KeepsTheLastBytes) {
+  StreamTail tail;
+  tail.Append("abc");
+  tail.Append(std::string(StreamTail::kMaxBytes - 2, 'x'));  // one byte too many
+  EXPECT_EQ(tail.Text().size(), StreamTail::kMaxBytes);
+  EXPECT_EQ(tail.Text().substr(0, 2), "bc");
+  tail.Append(std::string(StreamTail::kMaxBytes + 5, 'y') + "z");
+  EXPECT_EQ(tail.Text(), std::string(StreamTail::kMaxBytes - 1, 'y') + "z");
+  EXPECT_FALSE(tail.WaitClosed(absl::Now()));
+}
+
+TEST(LogMux, ATailHoldsWhatTheStreamSaidAndClosesAtItsEnd) {
+  std::string dir = TempDir();
+  auto tail = std::make_shared<StreamTail>();
+  LogMux mux;
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  StreamSink sink{"[r0]:", -1, dir + "/err.log"};
+  sink.tail = tail;
+  ASSERT_TRUE(mux.Add(p[0], sink).ok());
+  WriteAll(p[1], "Fatal Python error: Aborted\n\nCurrent thread");
+  close(p[1]);
+  ASSERT_TRUE(tail->WaitClosed(absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(tail->Text(), "Fatal Python error: Aborted\n\nCurrent thread");
+  EXPECT_EQ(ReadFile(dir + "/err.log"), tail->Text());
+}
+
+TEST(LogMux, ATailOfAStreamThatCannotBeLoggedIsClosed) {
+  auto tail = std::make_shared<StreamTail>();
+  LogMux mux;
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  StreamSink sink{"[r0]:", -1, "/nonexistent-dir/err.log"};
+  sink.tail = tail;
+  EXPECT_FALSE(mux.Add(p[0], sink).ok());
+  EXPECT_TRUE(tail->WaitClosed(absl::Now()));
+  close(p[1]);
+}
+
 TEST(LogMux, DuplicateFiltersCopyMatchingLinesOfEveryRankToOneFile) {
   std::string dir = TempDir();
   {

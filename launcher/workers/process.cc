@@ -241,6 +241,10 @@ class RealProcessLauncher final : public ProcessLauncher {
     if (pid > 0) kill(-pid, signo);
   }
 
+  void Signal(pid_t pid, int signo) override {
+    if (pid > 0) kill(pid, signo);
+  }
+
   void SignalGroupStopNow(pid_t pid, int signo) override {
     if (pid <= 0) return;
     sigval value{};

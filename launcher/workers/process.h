@@ -94,6 +94,9 @@ class ProcessLauncher {
 
   // Sends `signo` to the process group led by `pid` (no-op once it is gone).
   virtual void SignalGroup(pid_t pid, int signo) = 0;
+  // Sends `signo` to the process `pid` only, not its children (a hung
+  // Python worker's SIGABRT: one stack, python_stack.h).
+  virtual void Signal(pid_t pid, int signo) = 0;
   // The same, after sending `pid` itself `signo` with the value
   // base::kStopNowSignalValue (base/signals.h): a stop for a restart.
   virtual void SignalGroupStopNow(pid_t pid, int signo) { SignalGroup(pid, signo); }

@@ -53,6 +53,9 @@ std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (OneThreadEach(in.local_world_size)) env.emplace("OMP_NUM_THREADS", "1");
+  // A Python worker writes its stack when sent SIGABRT (python_stack.h);
+  // a value the user set, empty included (off), is theirs.
+  if (in.python_faulthandler) env.emplace("PYTHONFAULTHANDLER", "1");
 
   env["CPPTORCHRUN_RDZV_ROUND"] = absl::StrCat(in.round);
   if (!in.rdzv_endpoint.empty()) env["CPPTORCHRUN_RDZV_ENDPOINT"] = in.rdzv_endpoint;

@@ -59,6 +59,10 @@ struct WorkerEnvInputs {
   // change (docs/DESIGN.md); without it a worker whose collective fails
   // fails, as under torchrun.
   bool in_place = false;
+  // A Python worker: PYTHONFAULTHANDLER=1 unless the launcher's
+  // environment sets it, so that a hung worker's stack can be taken before
+  // it is killed (launcher/workers/python_stack.h).
+  bool python_faulthandler = false;
 };
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in);

@@ -139,6 +139,15 @@ TEST(WorkerEnv, TheWorkerTimeoutReachesTheWorkerWithTheAgentSocket) {
 
 // What the warm pool counts a worker's threads as: the user's
 // OMP_NUM_THREADS, else torchrun's 1 for several workers, else every CPU.
+TEST(WorkerEnv, APythonWorkersFaultHandlerIsOnUnlessTheUserSaidOtherwise) {
+  WorkerEnvInputs in = Inputs();
+  EXPECT_EQ(BuildWorkerEnv(in).count("PYTHONFAULTHANDLER"), 0u);  // not a Python worker
+  in.python_faulthandler = true;
+  EXPECT_EQ(BuildWorkerEnv(in).at("PYTHONFAULTHANDLER"), "1");
+  in.base["PYTHONFAULTHANDLER"] = "";  // off, the user's choice
+  EXPECT_EQ(BuildWorkerEnv(in).at("PYTHONFAULTHANDLER"), "");
+}
+
 TEST(WorkerEnv, WorkerThreadsAsTheEnvironmentLeavesThem) {
   EXPECT_EQ(WorkerThreads({}, 2, 8), 1);
   EXPECT_EQ(WorkerThreads({}, 1, 8), 8);

@@ -9,8 +9,14 @@ import sys
 out = sys.argv[1]
 rank = int(os.environ["RANK"])
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-if rank == 1 and restart == 0:
+
+
+def stop_here():
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+if rank == 1 and restart == 0:
+    stop_here()  # the launcher takes its stack (faulthandler) before it kills it
 if restart == 0:
     signal.pause()  # rank 0 waits as a peer in a collective would; the restart stops it
 with open(os.path.join(out, "done.%d.%d" % (rank, restart)), "w") as f:
