@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/worker_contract.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -26,58 +27,53 @@ int WorkerThreads(const std::map<std::string, std::string>& base, int local_worl
 
 std::map<std::string, std::string> BuildWorkerEnv(const WorkerEnvInputs& in) {
   std::map<std::string, std::string> env = in.base;
+  using namespace contract;  // NOLINT: the variables' names
   // Variables of an outer launcher must not leak into ours.
-  for (const char* stale : {"CPPTORCHRUN_FAKE_GPU", "CPPTORCHRUN_FAKE_GPUS", "CPPTORCHRUN_AGENT_SOCKET",
-                            "CPPTORCHRUN_WORKER_TIMEOUT_S", "CPPTORCHRUN_RECOVERY",
-                            "CPPTORCHRUN_RDZV_ENDPOINT", "CPPTORCHRUN_RDZV_ROUND", "CPPTORCHRUN_RDZV_CERT_FILE", "CPPTORCHRUN_RDZV_KEY_FILE",
-                            "CPPTORCHRUN_RDZV_TOKEN_FILE", "CPPTORCHRUN_RDZV_CA_FILE", "CPPTORCHRUN_LOCAL_ADDR",
-                            "TORCHELASTIC_ERROR_FILE"}) {
-    env.erase(stale);
-  }
+  for (const char* stale : kLauncherOwned) env.erase(stale);
   const int rank = in.rank_offset + in.local_rank;
-  env["RANK"] = absl::StrCat(rank);
-  env["LOCAL_RANK"] = absl::StrCat(in.local_rank);
-  env["GROUP_RANK"] = absl::StrCat(in.group_rank);
-  env["ROLE_RANK"] = absl::StrCat(rank);
-  env["ROLE_NAME"] = in.role;
-  env["ROLE_WORLD_SIZE"] = absl::StrCat(in.world_size);
-  env["LOCAL_WORLD_SIZE"] = absl::StrCat(in.local_world_size);
-  env["WORLD_SIZE"] = absl::StrCat(in.world_size);
-  env["GROUP_WORLD_SIZE"] = absl::StrCat(in.group_world_size);
-  env["MASTER_ADDR"] = in.master_addr;
-  env["MASTER_PORT"] = absl::StrCat(in.master_port);
-  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(in.restart_count);
-  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(in.max_restarts);
-  env["TORCHELASTIC_RUN_ID"] = in.run_id;
-  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-  env["TORCHELASTIC_ERROR_FILE"] = in.error_file;
+  env[kRank] = absl::StrCat(rank);
+  env[kLocalRank] = absl::StrCat(in.local_rank);
+  env[kGroupRank] = absl::StrCat(in.group_rank);
+  env[kRoleRank] = absl::StrCat(rank);
+  env[kRoleName] = in.role;
+  env[kRoleWorldSize] = absl::StrCat(in.world_size);
+  env[kLocalWorldSize] = absl::StrCat(in.local_world_size);
+  env[kWorldSize] = absl::StrCat(in.world_size);
+  env[kGroupWorldSize] = absl::StrCat(in.group_world_size);
+  env[kMasterAddr] = in.master_addr;
+  env[kMasterPort] = absl::StrCat(in.master_port);
+  env[kRestartCount] = absl::StrCat(in.restart_count);
+  env[kMaxRestarts] = absl::StrCat(in.max_restarts);
+  env[kRunId] = in.run_id;
+  env[kUseAgentStore] = "False";
+  env[kErrorFile] = in.error_file;
   env.emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (OneThreadEach(in.local_world_size)) env.emplace("OMP_NUM_THREADS", "1");
   // A Python worker writes its stack when sent SIGABRT (python_stack.h);
   // a value the user set, empty included (off), is theirs.
   if (in.python_faulthandler) env.emplace("PYTHONFAULTHANDLER", "1");
 
-  env["CPPTORCHRUN_RDZV_ROUND"] = absl::StrCat(in.round);
-  if (!in.rdzv_endpoint.empty()) env["CPPTORCHRUN_RDZV_ENDPOINT"] = in.rdzv_endpoint;
-  if (!in.rdzv_token_file.empty()) env["CPPTORCHRUN_RDZV_TOKEN_FILE"] = in.rdzv_token_file;
-  if (!in.rdzv_ca_file.empty()) env["CPPTORCHRUN_RDZV_CA_FILE"] = in.rdzv_ca_file;
-  if (!in.rdzv_cert_file.empty()) env["CPPTORCHRUN_RDZV_CERT_FILE"] = in.rdzv_cert_file;
-  if (!in.rdzv_key_file.empty()) env["CPPTORCHRUN_RDZV_KEY_FILE"] = in.rdzv_key_file;
+  env[kRdzvRound] = absl::StrCat(in.round);
+  if (!in.rdzv_endpoint.empty()) env[kRdzvEndpoint] = in.rdzv_endpoint;
+  if (!in.rdzv_token_file.empty()) env[kRdzvTokenFile] = in.rdzv_token_file;
+  if (!in.rdzv_ca_file.empty()) env[kRdzvCaFile] = in.rdzv_ca_file;
+  if (!in.rdzv_cert_file.empty()) env[kRdzvCertFile] = in.rdzv_cert_file;
+  if (!in.rdzv_key_file.empty()) env[kRdzvKeyFile] = in.rdzv_key_file;
   if (!in.agent_socket.empty()) {
-    env["CPPTORCHRUN_AGENT_SOCKET"] = in.agent_socket;
-    if (in.in_place) env["CPPTORCHRUN_RECOVERY"] = "in_place";
+    env[kAgentSocket] = in.agent_socket;
+    if (in.in_place) env[kRecovery] = kRecoveryInPlace;
     if (in.worker_timeout > absl::ZeroDuration()) {
-      env["CPPTORCHRUN_WORKER_TIMEOUT_S"] = absl::StrCat(absl::ToDoubleSeconds(in.worker_timeout));
+      env[kWorkerTimeoutS] = absl::StrCat(absl::ToDoubleSeconds(in.worker_timeout));
     }
   }
-  if (!in.local_addr.empty()) env["CPPTORCHRUN_LOCAL_ADDR"] = in.local_addr;
+  if (!in.local_addr.empty()) env[kLocalAddr] = in.local_addr;
   const int slot = in.slot >= 0 ? in.slot : in.local_rank;
   if (in.fake_gpus > 0) {
-    env["CPPTORCHRUN_FAKE_GPU"] = absl::StrCat(slot);
-    env["CPPTORCHRUN_FAKE_GPUS"] = absl::StrCat(in.fake_gpus);
+    env[kFakeGpu] = absl::StrCat(slot);
+    env[kFakeGpus] = absl::StrCat(in.fake_gpus);
   }
   if (in.virtual_local_rank) {
-    env["LOCAL_RANK"] = "0";
+    env[kLocalRank] = "0";
     std::string device = absl::StrCat(slot);
     if (auto it = in.base.find("CUDA_VISIBLE_DEVICES"); it != in.base.end() && !it->second.empty()) {
       std::vector<std::string> visible = absl::StrSplit(it->second, ',');

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "proto/worker_contract.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -45,57 +46,56 @@ std::string Str(const EnvLookup& lookup, const char* name, const std::string& fa
 }  // namespace
 
 absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
+  using namespace contract;  // NOLINT: the variables' names
   WorkerEnv env;
   int64_t rank = 0, local_rank = 0, world = 1, local_world = 1, port = 0, fake = -1;
   int64_t group_rank = 0, group_world = 0;
-  for (auto [name, out] : {std::pair<const char*, int64_t*>{"RANK", &rank},
-                           {"LOCAL_RANK", &local_rank},
-                           {"WORLD_SIZE", &world},
-                           {"LOCAL_WORLD_SIZE", &local_world},
-                           {"GROUP_RANK", &group_rank},
-                           {"GROUP_WORLD_SIZE", &group_world},
-                           {"MASTER_PORT", &port},
-                           {"TORCHELASTIC_RESTART_COUNT", &env.restart_count},
-                           {"CPPTORCHRUN_RDZV_ROUND", &env.rdzv_round},
-                           {"CPPTORCHRUN_FAKE_GPU", &fake}}) {
+  for (auto [name, out] : {std::pair<const char*, int64_t*>{kRank, &rank},
+                           {kLocalRank, &local_rank},
+                           {kWorldSize, &world},
+                           {kLocalWorldSize, &local_world},
+                           {kGroupRank, &group_rank},
+                           {kGroupWorldSize, &group_world},
+                           {kMasterPort, &port},
+                           {kRestartCount, &env.restart_count},
+                           {kRdzvRound, &env.rdzv_round},
+                           {kFakeGpu, &fake}}) {
     if (absl::Status s = Int(lookup, name, out); !s.ok()) return s;
   }
   if (world < 1 || world > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("WORLD_SIZE=", world, " is not a world size"));
+    return absl::InvalidArgumentError(absl::StrCat(kWorldSize, "=", world, " is not a world size"));
   }
   if (rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(
-        absl::StrCat("RANK=", rank, " is outside [0, WORLD_SIZE=", world, ")"));
+        absl::StrCat(kRank, "=", rank, " is outside [0, ", kWorldSize, "=", world, ")"));
   }
   if (local_rank < 0 || local_world < 1 || local_rank >= local_world) {
-    return absl::InvalidArgumentError(absl::StrCat("LOCAL_RANK=", local_rank,
-                                                   " is outside [0, LOCAL_WORLD_SIZE=",
+    return absl::InvalidArgumentError(absl::StrCat(kLocalRank, "=", local_rank, " is outside [0, ", kLocalWorldSize, "=",
                                                    local_world, ")"));
   }
   if (group_world != 0 && (group_world < 1 || group_world > world || group_rank < 0 ||
                            group_rank >= group_world)) {
-    return absl::InvalidArgumentError(absl::StrCat("GROUP_RANK=", group_rank,
-                                                   " is outside [0, GROUP_WORLD_SIZE=",
-                                                   group_world, ") or GROUP_WORLD_SIZE exceeds "
-                                                   "WORLD_SIZE=", world));
+    return absl::InvalidArgumentError(absl::StrCat(kGroupRank, "=", group_rank, " is outside [0, ", kGroupWorldSize, "=",
+                                                   group_world, ") or ", kGroupWorldSize, " exceeds ", kWorldSize,
+                                                   "=", world));
   }
-  if (lookup("MASTER_PORT") != nullptr && *lookup("MASTER_PORT") != '\0' &&
+  if (lookup(kMasterPort) != nullptr && *lookup(kMasterPort) != '\0' &&
       (port < 1 || port > 65535)) {
-    return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT=", port, " is not a port"));
+    return absl::InvalidArgumentError(absl::StrCat(kMasterPort, "=", port, " is not a port"));
   }
   if (env.restart_count < 0) {
-    return absl::InvalidArgumentError("TORCHELASTIC_RESTART_COUNT is negative");
+    return absl::InvalidArgumentError(absl::StrCat(kRestartCount, " is negative"));
   }
-  if (absl::Status s = Seconds(lookup, "CPPTORCHRUN_WORKER_TIMEOUT_S", &env.worker_timeout);
+  if (absl::Status s = Seconds(lookup, kWorkerTimeoutS, &env.worker_timeout);
       !s.ok()) {
     return s;
   }
-  if (const char* recovery = lookup("CPPTORCHRUN_RECOVERY"); recovery != nullptr && *recovery != '\0') {
-    if (std::string(recovery) != "in_place" && std::string(recovery) != "gang") {
+  if (const char* recovery = lookup(kRecovery); recovery != nullptr && *recovery != '\0') {
+    if (std::string(recovery) != kRecoveryInPlace && std::string(recovery) != "gang") {
       return absl::InvalidArgumentError(
-          absl::StrCat("CPPTORCHRUN_RECOVERY=", recovery, " is neither in_place nor gang"));
+          absl::StrCat(kRecovery, "=", recovery, " is neither in_place nor gang"));
     }
-    env.in_place = std::string(recovery) == "in_place";
+    env.in_place = std::string(recovery) == kRecoveryInPlace;
   }
   env.rank = static_cast<int>(rank);
   env.local_rank = static_cast<int>(local_rank);
@@ -104,21 +104,21 @@ absl::StatusOr<WorkerEnv> ParseWorkerEnv(const EnvLookup& lookup) {
   env.group_rank = static_cast<int>(group_rank);
   env.group_world_size = static_cast<int>(group_world);
   env.master_port = static_cast<int>(port);
-  env.master_addr = Str(lookup, "MASTER_ADDR");
-  env.run_id = Str(lookup, "TORCHELASTIC_RUN_ID", "none");
-  env.error_file = Str(lookup, "TORCHELASTIC_ERROR_FILE");
-  env.rdzv_endpoint = Str(lookup, "CPPTORCHRUN_RDZV_ENDPOINT");
-  env.rdzv_token_file = Str(lookup, "CPPTORCHRUN_RDZV_TOKEN_FILE");
-  env.rdzv_ca_file = Str(lookup, "CPPTORCHRUN_RDZV_CA_FILE");
-  env.rdzv_cert_file = Str(lookup, "CPPTORCHRUN_RDZV_CERT_FILE");
-  env.rdzv_key_file = Str(lookup, "CPPTORCHRUN_RDZV_KEY_FILE");
-  env.agent_socket = Str(lookup, "CPPTORCHRUN_AGENT_SOCKET");
-  env.local_addr = Str(lookup, "CPPTORCHRUN_LOCAL_ADDR", "127.0.0.1");
-  const char* fake_value = lookup("CPPTORCHRUN_FAKE_GPU");
+  env.master_addr = Str(lookup, kMasterAddr);
+  env.run_id = Str(lookup, kRunId, "none");
+  env.error_file = Str(lookup, kErrorFile);
+  env.rdzv_endpoint = Str(lookup, kRdzvEndpoint);
+  env.rdzv_token_file = Str(lookup, kRdzvTokenFile);
+  env.rdzv_ca_file = Str(lookup, kRdzvCaFile);
+  env.rdzv_cert_file = Str(lookup, kRdzvCertFile);
+  env.rdzv_key_file = Str(lookup, kRdzvKeyFile);
+  env.agent_socket = Str(lookup, kAgentSocket);
+  env.local_addr = Str(lookup, kLocalAddr, "127.0.0.1");
+  const char* fake_value = lookup(kFakeGpu);
   if (fake_value != nullptr && *fake_value != '\0') {
     if (fake < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("CPPTORCHRUN_FAKE_GPU=", fake, " is not a device index"));
+          absl::StrCat(kFakeGpu, "=", fake, " is not a device index"));
     }
     env.fake_gpu = static_cast<int>(fake);
   }

@@ -4,11 +4,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proto/worker_contract.h"
 
 namespace cpptorchrun::worker {
 
 int64_t RoundOf(const std::map<std::string, std::string>& env) {
-  auto it = env.find(kRoundEnv);
+  auto it = env.find(contract::kRdzvRound);
   int64_t round = -1;
   if (it == env.end() || !absl::SimpleAtoi(it->second, &round) || round < 0) return -1;
   return round;

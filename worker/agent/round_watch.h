@@ -38,9 +38,6 @@ struct RoundWatchOptions {
   absl::Duration boundary_bound = absl::Seconds(1);
 };
 
-// The environment variable of the round a worker's environment is for.
-inline constexpr char kRoundEnv[] = "CPPTORCHRUN_RDZV_ROUND";
-
 // Thread-safe.
 class RoundWatcher {
  public:
@@ -89,7 +86,7 @@ class RoundWatcher {
   std::thread thread_;
 };
 
-// The round `env` is for (kRoundEnv); -1 when absent or not a number. Pure.
+// The round `env` is for (contract::kRdzvRound, proto/worker_contract.h); -1 when absent or not a number. Pure.
 int64_t RoundOf(const std::map<std::string, std::string>& env);
 
 }  // namespace cpptorchrun::worker

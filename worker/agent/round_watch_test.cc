@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "proto/worker_contract.h"
 
 namespace cpptorchrun::worker {
 namespace {
@@ -58,16 +59,16 @@ agent_pb::RoundUpdate Update(int64_t generation, agent_pb::RoundUpdate::State st
   u.set_generation(generation);
   u.set_state(state);
   u.set_reason("rank 1 failed");
-  if (round >= 0) (*u.mutable_env())[kRoundEnv] = std::to_string(round);
+  if (round >= 0) (*u.mutable_env())[contract::kRdzvRound] = std::to_string(round);
   if (round >= 0) (*u.mutable_env())["RANK"] = "0";
   return u;
 }
 
 TEST(RoundOf, ReadsTheRoundVariable) {
-  EXPECT_EQ(RoundOf({{kRoundEnv, "7"}}), 7);
+  EXPECT_EQ(RoundOf({{contract::kRdzvRound, "7"}}), 7);
   EXPECT_EQ(RoundOf({}), -1);
-  EXPECT_EQ(RoundOf({{kRoundEnv, "x"}}), -1);
-  EXPECT_EQ(RoundOf({{kRoundEnv, "-2"}}), -1);
+  EXPECT_EQ(RoundOf({{contract::kRdzvRound, "x"}}), -1);
+  EXPECT_EQ(RoundOf({{contract::kRdzvRound, "-2"}}), -1);
 }
 
 TEST(RoundWatcher, ChangingAbortsThenTheNewRoundIsHandedOver) {
