@@ -17,7 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "rendezvous/connect.h"
+#include "rendezvous/target.h"
 #include "base/flags.h"
 #include "base/signals.h"
 #include "launcher/config/flag_values.h"

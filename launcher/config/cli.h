@@ -60,7 +60,7 @@ struct LaunchConfig {
   bool rdzv_endpoint_from_master = false;
   // --rdzv_endpoint as given (an etcd member list is parsed once the
   // backend is known), and with --rdzv_backend etcd the whole target
-  // (rendezvous/connect.h: etcd://members/prefix); rdzv_endpoint is then the
+  // (rendezvous/target.h: etcd://members/prefix); rdzv_endpoint is then the
   // first member (the address this node reaches the rendezvous by).
   std::string rdzv_endpoint_text;
   std::string rdzv_target;
@@ -139,7 +139,7 @@ ProgramMode ModeOf(const LaunchConfig& config);
 
 struct StatusConfig {
   rdzv::Endpoint rdzv_endpoint;
-  // --rdzv_backend etcd: the whole target (rendezvous/connect.h), and this
+  // --rdzv_backend etcd: the whole target (rendezvous/target.h), and this
   // client's certificate and key (--rdzv_conf cert, key); empty: the service.
   std::string rdzv_target;
   std::string cert_file;

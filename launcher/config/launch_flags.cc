@@ -13,8 +13,8 @@
 #include "base/signals.h"
 #include "launcher/config/flag_values.h"
 #include "launcher/config/numa.h"
-#include "rendezvous/connect.h"
-#include "rendezvous/etcd/etcd_kv.h"
+#include "rendezvous/target.h"
+#include "rendezvous/etcd/endpoints.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
@@ -499,7 +499,7 @@ absl::Status CheckProgramKind(const LaunchConfig& c) {
 }
 
 // With --rdzv_backend etcd: the member list and --rdzv_conf prefix as one
-// target (rendezvous/connect.h); rdzv_endpoint becomes the first member. A
+// target (rendezvous/target.h); rdzv_endpoint becomes the first member. A
 // list without etcd is refused.
 absl::Status ResolveEtcdTarget(LaunchConfig* c) {
   if (c->rdzv_backend != RdzvBackend::kEtcd) {

@@ -526,34 +526,6 @@ class EtcdKv final : public Kv {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& text) {
-  std::vector<std::string> out;
-  std::set<std::string> seen;
-  for (absl::string_view entry : absl::StrSplit(text, ',')) {
-    entry = absl::StripAsciiWhitespace(entry);
-    if (entry.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("etcd endpoints \"", text, "\": an empty entry (a stray or doubled comma?)"));
-    }
-    absl::StatusOr<Endpoint> e = ParseEndpoint(entry, kDefaultEtcdPort);
-    if (!e.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("etcd endpoints: entry \"", entry, "\": ", e.status().message()));
-    }
-    if (e->port == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("etcd endpoints: entry \"", entry,
-                                                     "\": port 0 is not an etcd member's port"));
-    }
-    std::string target = FormatEndpoint(*e);
-    if (!seen.insert(target).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("etcd endpoints: \"", target, "\" is listed twice"));
-    }
-    out.push_back(std::move(target));
-  }
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<Kv>> NewEtcdKv(const EtcdOptions& options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints given");
   if (options.call_timeout <= absl::ZeroDuration()) {

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rendezvous/etcd/endpoints.h"
 #include "rendezvous/etcd/kv.h"
 
 namespace cpptorchrun::rdzv::etcd {
@@ -49,15 +50,6 @@ struct EtcdOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
 };
-
-// etcd's client port, for an endpoint given without one.
-inline constexpr int kDefaultEtcdPort = 2379;
-
-// Parses "host[:port],host[:port],..." (rendezvous/endpoint.h's rule for each
-// entry, blanks around entries ignored, port kDefaultEtcdPort when absent)
-// into gRPC targets. Errors name the entry that is wrong: empty, malformed,
-// port 0, a duplicate.
-absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& text);
 
 // Errors: no endpoints, a malformed one (as ParseEtcdEndpoints), a
 // call_timeout that is not positive, a TLS file that cannot be read (named),
