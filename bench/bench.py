@@ -257,6 +257,8 @@ def machine_info():
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "gcc": out(["gcc", "-dumpfullversion"]), "bazel": (out(["bazel", "--version"]).splitlines() or ["n/a"])[-1],
         "python_torch": torch_v, "git": out(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]),
+        # Files changed against that commit when the run started ("": none).
+        "dirty": out(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]).replace("\n", "; "),
     }
 
 
@@ -272,11 +274,13 @@ def fmt(v):
 
 def write_report(ctx, res, info, plots):
     lines = ["# cpptorchrun benchmark report", "",
-             "Written by `tools/bench%s` on %s; do not edit by hand." % (" --quick" if ctx.quick else "", info["date"]),
+             "Written by `tools/bench%s`, started %s; do not edit by hand." % (
+                 " --quick" if ctx.quick else "", info["date"]),
              "",
-             "Machine: %s, %s cores, %s GiB, Linux %s; gcc %s; PyTorch (reference) %s; commit %s." % (
+             "Machine: %s, %s cores, %s GiB, Linux %s; gcc %s; PyTorch (reference) %s; commit %s%s." % (
                  info["host_cpu"], info["cores"], info["memory_gb"], info["kernel"], info["gcc"],
-                 info["python_torch"], info["git"]),
+                 info["python_torch"], info["git"],
+                 " with uncommitted changes (%s)" % info["dirty"] if info.get("dirty") else ""),
              "", "Each figure: median (min-max) over n runs; the reference ran in the same run, interleaved.", ""]
     summary = res.summary()
     sections = sorted({k.split("/")[0] for k in summary} | set(res.notes) | set(res.failed_runs))
@@ -388,6 +392,9 @@ def main():
         write_report(ctx, res, old["machine"], make_plots(ctx, res))
         return 0
     only = [s for s in args.only.split(",") if s] or list(SECTIONS)
+    # The commit (and changes) measured: taken now, before the sections run,
+    # so a commit made meanwhile is not named.
+    info = machine_info()
     t0 = time.monotonic()
     failed = []
     for name in only:
@@ -405,7 +412,6 @@ def main():
         print("   %s took %.0f s" % (name, time.monotonic() - s0), flush=True)
     os.makedirs(ctx.out, exist_ok=True)
     plots = make_plots(ctx, res)
-    info = machine_info()
     with open(os.path.join(ctx.out, "results.json"), "w") as f:
         json.dump({"machine": info, "quick": ctx.quick, "figures": res.summary(), "notes": res.notes,
                    "failed_runs": res.failed_runs, "ratios": ctx.ratios}, f, indent=1, sort_keys=True)
