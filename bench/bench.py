@@ -373,6 +373,9 @@ def main():
     ap.add_argument("--report_only", action="store_true",
                     help="redraw REPORT.md and the plots from --out's results.json, measuring nothing")
     args = ap.parse_args()
+    # A run stopped with SIGTERM (timeout, kill) unwinds as on Ctrl-C: each
+    # section's clean-up runs (its launchers and namespaces go with it).
+    signal.signal(signal.SIGTERM, lambda signo, _: sys.exit(128 + signo))
     if args.compare_only:
         with open(os.path.join(args.out, "results.json")) as f:
             compare(args.compare, json.load(f)["figures"])
