@@ -5,7 +5,6 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/jitter.h"
 #include "rendezvous/client.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/grpc_store.h"
@@ -35,13 +35,6 @@ constexpr int kMaxPolls = 1000000;
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) {
   return absl::ToChronoTime(t);
-}
-
-double Jitter() {
-  static absl::Mutex mu(absl::kConstInit);
-  static std::mt19937_64* engine = new std::mt19937_64(std::random_device{}());
-  absl::MutexLock lock(&mu);
-  return std::uniform_real_distribution<double>(0.5, 1.5)(*engine);
 }
 
 }  // namespace
@@ -118,7 +111,7 @@ absl::Status Connection::Call(const char* what, absl::Duration wait,
     grpc::Status status = rpc(&ctx);
     Unregister(&ctx);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return FromGrpc(status);
-    absl::Duration sleep = backoff * Jitter();
+    absl::Duration sleep = backoff * base::Jitter();
     if (absl::Now() + sleep >= give_up) {
       return absl::UnavailableError(absl::StrCat(
           what, ": rendezvous service at ", target_, " unavailable after ", attempt,

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/jitter.h"
 #include "rendezvous/etcd/kv_store.h"
 #include "rendezvous/etcd/run_record.h"
 #include "rendezvous/limits.h"
@@ -49,19 +49,12 @@ absl::Duration LeaseTtl(absl::Duration deadline) {
   return std::max(absl::Seconds(1), absl::Ceil(deadline, absl::Seconds(1)));
 }
 
-double Jitter() {
-  static absl::Mutex mu(absl::kConstInit);
-  static std::mt19937_64* engine = new std::mt19937_64(std::random_device{}());
-  absl::MutexLock lock(&mu);
-  return std::uniform_real_distribution<double>(0.5, 1.5)(*engine);
-}
-
 // Between two tries of a transaction that lost to another writer.
-void JitteredPause(int attempt) { absl::SleepFor(absl::Milliseconds(std::min(attempt, 20)) * Jitter()); }
+void JitteredPause(int attempt) { absl::SleepFor(absl::Milliseconds(std::min(attempt, 20)) * base::Jitter()); }
 
 // Between two tries while etcd cannot answer: 50 ms doubling to 1 s.
 void Backoff(int failures) {
-  absl::SleepFor(std::min(absl::Seconds(1), absl::Milliseconds(50) * (1 << std::min(failures, 5))) * Jitter());
+  absl::SleepFor(std::min(absl::Seconds(1), absl::Milliseconds(50) * (1 << std::min(failures, 5))) * base::Jitter());
 }
 
 class EtcdRendezvousClient final : public RendezvousClient {
