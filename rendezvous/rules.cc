@@ -99,6 +99,19 @@ void RemoveJoiners(RunState* state, const std::vector<std::string>& node_ids) {
   ReindexJoiners(state);
 }
 
+// The one liveness rule: a member is dead once it has been silent past the
+// keep-alive deadline (a joiner or spare polling its join is heard by the
+// poll, so it cannot be silent).
+absl::Time SilentAt(absl::Time last_heard, const RoundOptions& options) {
+  return last_heard + options.KeepAliveDeadline();
+}
+bool Silent(absl::Time now, absl::Time last_heard, const RoundOptions& options) {
+  return now > SilentAt(last_heard, options);
+}
+bool Silent(absl::Time now, const Joiner& j, const RoundOptions& options) {
+  return !j.polling && Silent(now, j.last_heard, options);
+}
+
 }  // namespace
 
 absl::StatusOr<RoundOptions> RoundOptionsFromProto(const v1::RunOptions& proto,
@@ -268,7 +281,7 @@ FormingDecision DecideForming(absl::Time now, const RunState& state) {
   int living = 0;
   int needed = options.min_nodes;
   for (const Joiner& j : state.joiners) {
-    if (!j.polling && now > j.last_heard + options.KeepAliveDeadline()) {
+    if (Silent(now, j, options)) {
       decision.dead.push_back(j.node.node_id());
     } else {
       ++living;
@@ -282,7 +295,7 @@ FormingDecision DecideForming(absl::Time now, const RunState& state) {
     return decision;
   }
   for (const Joiner& j : state.joiners) {
-    bool dead = !j.polling && now > j.last_heard + options.KeepAliveDeadline();
+    const bool dead = Silent(now, j, options);
     if (!dead && now >= j.joined_at + options.join_timeout) {
       decision.timed_out.push_back(j.node.node_id());
     }
@@ -301,7 +314,7 @@ std::vector<std::string> FindDeadParticipants(absl::Time now, const RunState& st
   std::vector<std::string> dead;
   if (!StandingRound(state)) return dead;
   for (const ParticipantState& p : state.participants) {
-    if (now > p.last_heard + state.options.KeepAliveDeadline()) {
+    if (Silent(now, p.last_heard, state.options)) {
       dead.push_back(p.participant.node_id());
     }
   }
@@ -324,7 +337,7 @@ absl::Time NextDeadline(const RunState& state) {
   if (state.closed) return state.closed_at + options.close_timeout;
   if (StandingRound(state)) {
     for (const ParticipantState& p : state.participants) {
-      next = std::min(next, p.last_heard + options.KeepAliveDeadline());
+      next = std::min(next, SilentAt(p.last_heard, options));
     }
   }
   if (state.forming_round != 0) {
@@ -333,11 +346,11 @@ absl::Time NextDeadline(const RunState& state) {
     }
     for (const Joiner& j : state.joiners) {
       next = std::min(next, j.joined_at + options.join_timeout);
-      if (!j.polling) next = std::min(next, j.last_heard + options.KeepAliveDeadline());
+      if (!j.polling) next = std::min(next, SilentAt(j.last_heard, options));
     }
   }
   for (const Joiner& j : state.spares) {
-    if (!j.polling) next = std::min(next, j.last_heard + options.KeepAliveDeadline());
+    if (!j.polling) next = std::min(next, SilentAt(j.last_heard, options));
   }
   return next;
 }
@@ -791,7 +804,7 @@ TickResult ApplyTick(absl::Time now, RunState* state) {
   size_t spares_before = state->spares.size();
   std::vector<Joiner> spares;
   for (Joiner& s : state->spares) {
-    if (!s.polling && now > s.last_heard + state->options.KeepAliveDeadline()) {
+    if (Silent(now, s, state->options)) {
       result.dropped.push_back(s.node.node_id());
     } else {
       spares.push_back(std::move(s));
