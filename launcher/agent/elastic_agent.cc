@@ -233,15 +233,7 @@ ElasticAgent::Worker ElasticAgent::StartLocalRank(const rdzv::v1::Assignment& a,
     spdlog::error("cannot start local rank {}: {}", lr, pid.status().ToString());
     w.exited = true;
     w.status = ExitStatus::Exited(127);
-    FailureRecord f;
-    f.rank = w.rank;
-    f.local_rank = lr;
-    f.host = host_;
-    f.status = w.status;
-    f.time = o_.clock->Now();
-    f.message = std::string(pid.status().message());
-    f.sequence = exit_sequence_++;
-    w.failure = f;
+    w.failure = NewFailure(w, w.status, o_.clock->Now(), std::string(pid.status().message()));
   } else {
     w.pid = *pid;
   }
@@ -394,20 +386,27 @@ void ElasticAgent::ResumeRound(const rdzv::v1::Assignment& a, int restart_count,
                 attempt);
 }
 
+FailureRecord ElasticAgent::NewFailure(const Worker& w, const ExitStatus& status, absl::Time when,
+                                       std::string message) {
+  FailureRecord f;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.host = host_;
+  f.status = status;
+  f.pid = w.pid;
+  f.time = when;
+  f.sequence = exit_sequence_++;
+  f.message = std::move(message);
+  return f;
+}
+
 bool ElasticAgent::RecordExit(pid_t pid, const ExitStatus& status) {
   for (Worker& w : workers_) {
     if (w.pid != pid || w.exited) continue;
     w.exited = true;
     w.status = status;
     if (!status.success() && !w.stopping) {
-      FailureRecord f;
-      f.rank = w.rank;
-      f.local_rank = w.local_rank;
-      f.host = host_;
-      f.status = status;
-      f.pid = pid;
-      f.time = o_.clock->Now();
-      f.sequence = exit_sequence_++;
+      FailureRecord f = NewFailure(w, status, o_.clock->Now(), "");
       auto err = ReadErrorFile(w.error_file);
       if (err.ok()) {
         f.error_file = w.error_file;
@@ -455,18 +454,9 @@ void ElasticAgent::KillHung(const GroupCheck& check, const std::vector<WorkerVie
     }
     step = step < 0 ? v.watch.progress.step : std::min(step, v.watch.progress.step);
     collective_seq = std::max(collective_seq, v.watch.job_collective_seq);
-    FailureRecord f;
-    f.rank = w.rank;
-    f.local_rank = lr;
-    f.host = host_;
-    f.status = ExitStatus::Killed(SIGKILL);
-    f.pid = w.pid;
-    f.time = now;
-    f.sequence = exit_sequence_++;
-    f.message = HungMessage(v.watch, now, o_.hang);
-    w.failure = f;
+    w.failure = NewFailure(w, ExitStatus::Killed(SIGKILL), now, HungMessage(v.watch, now, o_.hang));
     w.stopping = true;
-    spdlog::warn("worker rank {} (local rank {}, pid {}, {}) is {}", w.rank, lr, w.pid, state, f.message);
+    spdlog::warn("worker rank {} (local rank {}, pid {}, {}) is {}", w.rank, lr, w.pid, state, w.failure->message);
   }
   // The culprits: the ranks stuck themselves; when every hung rank here
   // still heartbeats (waiting on a peer no node named in time), none.
@@ -517,16 +507,8 @@ bool ElasticAgent::HandleStragglers(absl::Time now) {
     spdlog::warn("worker rank {} (local rank {}, pid {}) is {}{}", w.rank, s.local_rank, w.pid, what,
                  o_.straggler_policy == StragglerPolicy::kReplace ? ": replacing it" : "");
     if (o_.straggler_policy != StragglerPolicy::kReplace) continue;
-    FailureRecord f;
-    f.rank = w.rank;
-    f.local_rank = s.local_rank;
-    f.host = host_;
-    f.status = ExitStatus::Killed(SIGKILL);
-    f.pid = w.pid;
-    f.time = now;
-    f.sequence = exit_sequence_++;
-    f.message = absl::StrCat(what, " (--straggler_policy replace); killed");
-    w.failure = f;
+    w.failure =
+        NewFailure(w, ExitStatus::Killed(SIGKILL), now, absl::StrCat(what, " (--straggler_policy replace); killed"));
     w.stopping = true;
     Event("worker_failed", {{"rank", int64_t{w.rank}}, {"local_rank", int64_t{s.local_rank}},
                             {"pid", int64_t{w.pid}}, {"status", std::string("straggler")}});

@@ -238,6 +238,9 @@ class ElasticAgent {
   // under --straggler_policy replace kills them as failures and returns
   // true (the group failed).
   bool HandleStragglers(absl::Time now);
+  // The failure of worker `w` (its rank, local rank, pid, this host; the
+  // next sequence number), the one way every failure is recorded.
+  FailureRecord NewFailure(const Worker& w, const ExitStatus& status, absl::Time when, std::string message);
   // Records an exit event; false when the pid is not one of ours.
   bool RecordExit(pid_t pid, const ExitStatus& status);
   void StopWorkers(int signo, StopKind kind);
