@@ -62,7 +62,9 @@ def figures(m):
 def measure(bin_dir, rounds, limit, add, log=print):
     """Alternating runs; add(backend, name, value, unit, better) per figure."""
     os.environ["CPPTORCHRUN_BIN_DIR"] = bin_dir
-    with harness.Cluster(3) as cluster:
+    # Namespaced hosts where they can be made, else loopback addresses (the
+    # section says which it measured).
+    with harness.Cluster(3, use_netns=harness.netns_available()[0]) as cluster:
         work = tempfile.mkdtemp(prefix="cpt-bench-hier-")
         try:
             for r in range(rounds):

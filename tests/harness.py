@@ -8,7 +8,11 @@ A `Cluster` is a set of hosts, each with its own address:
     h0, h1, ...) and its own /etc/hosts (/etc/netns/<ns>/hosts, which `ip
     netns exec` mounts), written as Debian writes one: the host's own name
     on 127.0.1.1, the other hosts' names on their addresses;
-  * elsewhere, hosts on loopback addresses 127.0.<k>.<n>.
+  * asked for explicitly (use_netns=False: a test about one machine's
+    addresses), hosts on loopback addresses 127.0.<k>.<n>.
+A cluster that needs namespaces where none can be made skips its test with
+the reason (unittest.SkipTest), so the run counts it skipped; it never falls
+back to loopback silently.
 Everything the cluster makes it removes again (`close`, or `with Cluster()`),
 and every process it starts is killed and reaped at the end.
 
@@ -133,18 +137,20 @@ def _ip(args):
 
 
 class Cluster:
-    """`n` hosts; namespaces where allowed (or forced with use_netns)."""
+    """`n` hosts: one network namespace each (the test is skipped, with why,
+    where none can be made), or with use_netns=False loopback addresses."""
 
-    def __init__(self, n, use_netns=None):
+    def __init__(self, n, use_netns=True):
         self.procs = []
         self.hosts = []
         self.namespaces = []
         self.etc_folders = []
         self.tag = "%x" % random.getrandbits(24)
-        ok, why = netns_available() if use_netns in (None, True) else (False, "not asked for")
-        if use_netns is True and not ok:
+        ok, why = netns_available() if use_netns else (False, "not asked for")
+        if use_netns and not ok:
             import unittest
-            raise unittest.SkipTest("multi-host test needs network namespaces: " + why)
+            raise unittest.SkipTest("a test of hosts with their own addresses and names needs network "
+                                    "namespaces: " + why)
         self.netns = ok
         self.why_not_netns = why
         self.tmp = tempfile.mkdtemp(prefix="cpt-cluster-")

@@ -4,7 +4,8 @@ shell tests' JUnit XML) and prints "N passed, N failed, N skipped".
 
 Usage: count_tests.py TESTLOGS_DIR BAZEL_EXIT_CODE
 A target that failed without writing cases (a crash, a timeout) counts as one
-failure. Exits 1 when anything failed or nothing ran.
+failure. Exits 1 when anything failed or nothing ran (no case passed: all
+skipped is a run that tested nothing).
 """
 import os
 import sys
@@ -59,8 +60,10 @@ def main():
         failures.append("bazel test exited with %d (see the log above)" % bazel_rc)
     for f in failures:
         print("FAILED: " + f)
+    if passed == 0:
+        print("FAILED: no test case passed (%d skipped): nothing was tested" % skipped)
     print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    return 1 if failed or passed + skipped == 0 else 0
+    return 1 if failed or passed == 0 else 0
 
 
 if __name__ == "__main__":
