@@ -78,13 +78,8 @@ absl::StatusOr<ParsedCommandLine> ParseStatus(const std::vector<std::string>& ar
   if (!early_conf.ok()) return early_conf.status();
   absl::StatusOr<rdzv::Endpoint> hp = rdzv::Endpoint{};
   if (backend == "etcd") {
-    std::string prefix;
-    if (auto it = early_conf->find("prefix"); it != early_conf->end()) prefix = it->second;
-    if (!prefix.empty() && prefix[0] != '/') {
-      return Bad("--rdzv_conf prefix", "a key prefix starting with '/'", prefix);
-    }
-    auto target = rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, endpoint, prefix));
-    if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", target.status().message()));
+    absl::StatusOr<rdzv::RendezvousTarget> target = EtcdTargetFromFlags(endpoint, *early_conf);
+    if (!target.ok()) return target.status();
     out.status.rdzv_target = rdzv::FormatRendezvousTarget(*target);
     if (auto it = early_conf->find("cert"); it != early_conf->end()) out.status.cert_file = it->second;
     if (auto it = early_conf->find("key"); it != early_conf->end()) out.status.key_file = it->second;

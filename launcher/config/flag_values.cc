@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/flags.h"
+#include "rendezvous/etcd/endpoints.h"
 
 namespace cpptorchrun::launcher {
 namespace {
@@ -185,6 +186,21 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
 const std::set<int>& HandleableSignals() {
   static const auto* s = new std::set<int>{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
   return *s;
+}
+
+absl::StatusOr<rdzv::RendezvousTarget> EtcdTargetFromFlags(const std::string& endpoint_text,
+                                                           const std::map<std::string, std::string>& conf) {
+  std::string prefix;
+  if (auto it = conf.find("prefix"); it != conf.end()) prefix = it->second;
+  if (!prefix.empty() && prefix[0] != '/') return Bad("--rdzv_conf prefix", "a key prefix starting with '/'", prefix);
+  // The member list first: its errors name the entry, not the whole target.
+  if (auto members = rdzv::etcd::ParseEtcdEndpoints(endpoint_text); !members.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", members.status().message()));
+  }
+  absl::StatusOr<rdzv::RendezvousTarget> target =
+      rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, endpoint_text, prefix));
+  if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", target.status().message()));
+  return target;
 }
 
 }  // namespace cpptorchrun::launcher

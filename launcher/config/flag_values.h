@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "launcher/workers/std_spec.h"
+#include "rendezvous/target.h"
 
 namespace cpptorchrun::launcher {
 
@@ -45,6 +46,12 @@ absl::StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::stri
 
 // The signals --signals_to_handle may name.
 const std::set<int>& HandleableSignals();
+
+// --rdzv_backend etcd: the member list `endpoint_text` (--rdzv_endpoint)
+// and `conf`'s prefix (--rdzv_conf) as one target (rendezvous/target.h),
+// for the launch and for `status` alike. Errors name the flag.
+absl::StatusOr<rdzv::RendezvousTarget> EtcdTargetFromFlags(const std::string& endpoint_text,
+                                                           const std::map<std::string, std::string>& conf);
 
 }  // namespace cpptorchrun::launcher
 

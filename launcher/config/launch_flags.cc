@@ -14,7 +14,6 @@
 #include "launcher/config/flag_values.h"
 #include "launcher/config/numa.h"
 #include "rendezvous/target.h"
-#include "rendezvous/etcd/endpoints.h"
 #include "rendezvous/endpoint.h"
 
 namespace cpptorchrun::launcher {
@@ -513,17 +512,8 @@ absl::Status ResolveEtcdTarget(LaunchConfig* c) {
     return absl::OkStatus();
   }
   if (!c->has_rdzv_endpoint) return absl::OkStatus();  // CheckNodes names it
-  std::string prefix = "";
-  if (auto it = c->rdzv_conf.find("prefix"); it != c->rdzv_conf.end()) prefix = it->second;
-  if (!prefix.empty() && prefix[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("--rdzv_conf prefix: expected a key prefix starting with '/'; got '", prefix, "'"));
-  }
-  if (auto members = rdzv::etcd::ParseEtcdEndpoints(c->rdzv_endpoint_text); !members.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", members.status().message()));
-  }
-  absl::StatusOr<rdzv::RendezvousTarget> target =
-      rdzv::ParseRendezvousTarget(absl::StrCat(rdzv::kEtcdScheme, c->rdzv_endpoint_text, prefix));
-  if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", target.status().message()));
+  absl::StatusOr<rdzv::RendezvousTarget> target = EtcdTargetFromFlags(c->rdzv_endpoint_text, c->rdzv_conf);
+  if (!target.ok()) return target.status();
   absl::StatusOr<rdzv::Endpoint> first = rdzv::ParseEndpoint(target->etcd_members[0]);
   if (!first.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv_endpoint: ", first.status().message()));
   c->rdzv_endpoint = *first;
