@@ -25,8 +25,10 @@ step and after each recovery (rank 0's first step after its resume):
   4. straggler: its worker throttled for STRAGGLE_S (stopped two thirds of
      every 150 ms, as a CPU quota does); nothing restarts, the job is slower.
 A fault that is not recovered from within RECOVERY_CAP_S ends the run: it
-is stopped, and its goodput is an upper bound (its wall time so far), said
-in the notes. Not in the schedule yet: a flapping node (it needs an elastic
+is stopped, and its disturbed time is taken as the undisturbed time plus
+RECOVERY_CAP_S, a lower bound (it cannot have trained more than its time so
+far, and the rest comes after the cap), so its goodput is an upper bound,
+said in the notes. Not in the schedule yet: a flapping node (it needs an elastic
 job, --nnodes 1:2; tests/elastic_faults_test.py covers its quarantine).
 
 In the runner as section "goodput" (it needs network namespaces, and torch
@@ -222,12 +224,17 @@ def section_goodput(ctx, res):
             except RuntimeError as e:
                 res.failed("goodput", system, str(e))
                 continue
+            if stopped:
+                # Not resumed within RECOVERY_CAP_S of a fault: whatever it had
+                # trained by then (at most its time so far), the rest takes at
+                # least the undisturbed time less that, after the cap.
+                disturbed = max(disturbed, clean + RECOVERY_CAP_S)
             res.add("goodput/%s/undisturbed_s" % system, clean, "s")
             res.add("goodput/%s/disturbed_s" % system, disturbed, "s")
             res.add("goodput/%s/goodput" % system, clean / disturbed, "ratio", better="higher")
             if stopped:
-                res.note("goodput", "%s: goodput %.3f is an upper bound (the run was stopped)"
-                         % (system, clean / disturbed))
+                res.note("goodput", "%s: the run was stopped, its disturbed time is a lower bound (undisturbed + "
+                         "%.0f s) and its goodput %.3f an upper bound" % (system, RECOVERY_CAP_S, clean / disturbed))
     kept = {s: res.stat("goodput/%s/goodput" % s) for s in systems}
     for s, st in kept.items():
         if st:
