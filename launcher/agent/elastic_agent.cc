@@ -663,9 +663,11 @@ void ElasticAgent::TakeStacks(const std::vector<int>& local_ranks) {
   for (int lr : local_ranks) {
     Worker& w = workers_[lr];
     if (!w.dumps_stack || w.exited || w.pid <= 0) continue;
-    // A stopped process runs its handler only once continued.
-    o_.processes->Signal(w.pid, SIGCONT);
+    // SIGABRT first: a stopped process keeps it pending and takes it the
+    // moment SIGCONT continues it, before it runs another line (continued
+    // first, it could move on before the SIGABRT came).
     o_.processes->Signal(w.pid, SIGABRT);
+    o_.processes->Signal(w.pid, SIGCONT);
     asked.push_back(lr);
   }
   if (asked.empty()) return;

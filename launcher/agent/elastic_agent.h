@@ -251,7 +251,7 @@ class ElasticAgent {
   // Waits until the workers `which` selects have exited or `deadline`.
   void AwaitExits(const std::function<bool(const Worker&)>& which, absl::Time deadline);
   // Before hung Python workers are killed: each whose faulthandler is on is
-  // sent SIGCONT and SIGABRT, and its stack, read from the end of its
+  // sent SIGABRT and SIGCONT, and its stack, read from the end of its
   // stderr within kStackWait, goes into its failure's traceback and a
   // worker_stack event (launcher/workers/python_stack.h).
   void TakeStacks(const std::vector<int>& local_ranks);

@@ -967,7 +967,9 @@ TEST_F(AgentTest, AHungPythonWorkerWritesItsStackBeforeItIsKilled) {
   std::map<std::string, EventValue> taken = OnlyEvent(events_, "worker_stack");
   EXPECT_EQ(std::get<int64_t>(taken.at("rank")), 1);
   EXPECT_EQ(std::get<std::string>(taken.at("stack")), stack);
-  // SIGCONT, then SIGABRT, to rank 1's process alone, before its group's SIGKILL.
+  // SIGABRT, then SIGCONT (a stopped process takes the pending SIGABRT as it
+  // is continued, where it stopped), to rank 1's process alone, before its
+  // group's SIGKILL.
   const pid_t hung = r.failures[0].pid;
   std::vector<int> to_hung;
   for (const auto& [pid, signo] : processes_.signals_sent()) {
@@ -975,7 +977,7 @@ TEST_F(AgentTest, AHungPythonWorkerWritesItsStackBeforeItIsKilled) {
     EXPECT_TRUE(pid == hung || signo != SIGABRT) << "pid " << pid << " was sent SIGABRT";
   }
   ASSERT_GE(to_hung.size(), 3u);
-  EXPECT_EQ(std::vector<int>(to_hung.begin(), to_hung.begin() + 3), (std::vector<int>{SIGCONT, SIGABRT, SIGKILL}));
+  EXPECT_EQ(std::vector<int>(to_hung.begin(), to_hung.begin() + 3), (std::vector<int>{SIGABRT, SIGCONT, SIGKILL}));
 }
 
 // A hung Python worker the kernel holds (uninterruptible sleep) never
