@@ -211,8 +211,8 @@ absl::StatusOr<pid_t> ElasticAgent::StartWorker(const rdzv::v1::Assignment& a, i
   spec.slot = w->local_rank;
   spec.stdout_sink = Sink(w->local_rank, w->rank, kStdOut, attempt_dir);
   spec.stderr_sink = Sink(w->local_rank, w->rank, kStdErr, attempt_dir);
-  w->dumps_stack = o_.python_stacks && FaultHandlerOn(spec.env);
-  w->stderr_tail = w->dumps_stack ? std::make_shared<StreamTail>() : nullptr;
+  const bool dumps_stack = o_.python_stacks && FaultHandlerOn(spec.env);
+  w->stderr_tail = dumps_stack ? std::make_shared<StreamTail>() : nullptr;
   spec.stderr_sink.tail = w->stderr_tail;
   const size_t lr = static_cast<size_t>(w->local_rank);
   if (lr < o_.worker_cpus.size()) spec.cpus = o_.worker_cpus[lr];
@@ -662,7 +662,7 @@ void ElasticAgent::TakeStacks(const std::vector<int>& local_ranks) {
   std::vector<int> asked;
   for (int lr : local_ranks) {
     Worker& w = workers_[lr];
-    if (!w.dumps_stack || w.exited || w.pid <= 0) continue;
+    if (w.stderr_tail == nullptr || w.exited || w.pid <= 0) continue;
     // SIGABRT first: a stopped process keeps it pending and takes it the
     // moment SIGCONT continues it, before it runs another line (continued
     // first, it could move on before the SIGABRT came).

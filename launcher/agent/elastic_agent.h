@@ -179,10 +179,10 @@ class ElasticAgent {
     ExitStatus status;
     std::string error_file;
     std::optional<FailureRecord> failure;
-    // --python_stacks: the end of its stderr, and whether its faulthandler
-    // is on (its environment), so SIGABRT makes it write its stack.
+    // The end of its stderr, kept where its faulthandler is on (python_stacks
+    // and its environment), so SIGABRT makes it write its stack there; null
+    // otherwise.
     std::shared_ptr<StreamTail> stderr_tail;
-    bool dumps_stack = false;
   };
   enum class Outcome { kSucceeded, kFailed, kMembership, kRunClosed, kSignal };
   struct MonitorResult {
